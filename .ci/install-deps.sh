@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 + CUDA 13 machine lacks to build and test tec.
+# Idempotent: a second run finds everything present and does nothing but say so.
+set -euo pipefail
+
+debian_packages=(
+  build-essential cmake ninja-build
+  nlohmann-json3-dev libcli11-dev doctest-dev
+  libonnx-dev libprotobuf-dev protobuf-compiler
+  python3 python3-pip
+)
+
+missing=()
+for pkg in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+
+if ((${#missing[@]})); then
+  echo "install-deps: installing Debian packages: ${missing[*]}"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: Debian packages present"
+fi
+
+# Python tools used by tests (test vectors, ONNX models). Debian's python3-onnx is too old
+# for FP8, so these come from PyPI. A pyenv/venv python takes them directly; Debian's system
+# python needs --break-system-packages (PEP 668).
+python_tools=(numpy ml_dtypes)
+python_bin=${PYTHON:-python3}
+if ! "$python_bin" -c "import numpy, ml_dtypes" 2>/dev/null; then
+  echo "install-deps: installing Python tools: ${python_tools[*]}"
+  pip_flags=(--quiet --disable-pip-version-check)
+  if "$python_bin" -c 'import sys; sys.exit(0 if sys.prefix == sys.base_prefix and sys.prefix.startswith("/usr") else 1)'; then
+    pip_flags+=(--break-system-packages)
+  fi
+  "$python_bin" -m pip install "${pip_flags[@]}" "${python_tools[@]}"
+else
+  echo "install-deps: Python tools present"
+fi
+
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  echo "install-deps: note: no CUDA toolkit found; tec builds its CPU parts only" >&2
+fi

@@ -1,0 +1,184 @@
+// te-compile: turns a JSON graph into a plan. Thin: it parses the command line, calls the
+// compiler and prints progress, summaries and errors (ARCHITECTURE.md §9).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "compiler.h"
+#include "passes/passes.h"
+
+namespace {
+
+using tec::ErrorKind;
+
+const char* kFooter = R"(
+Examples:
+  te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
+  te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
+
+Exit codes:
+  0 success            2 usage error          3 invalid model
+  4 unsupported        5 compile failure      6 I/O error        70 internal error (a tec bug)
+
+Not implemented yet (they fail with exit code 4 when used): -o/--output (plan files),
+--report, --tune, --cache-dir. See README.md, "Status".)";
+
+std::string human_bytes(int64_t bytes) {
+  char buf[64];
+  if (bytes >= (int64_t{1} << 30))
+    std::snprintf(buf, sizeof buf, "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  else if (bytes >= (int64_t{1} << 20))
+    std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
+  else if (bytes >= 1024)
+    std::snprintf(buf, sizeof buf, "%.1f KiB", static_cast<double>(bytes) / 1024);
+  else
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  return buf;
+}
+
+std::string profile_name(const tec::Graph& g) {
+  std::string out;
+  for (const auto& [dim, size] : g.dims) out += (out.empty() ? "" : " ") + dim + "=" + std::to_string(size);
+  return out.empty() ? "(no dims)" : out;
+}
+
+void print_summary(std::FILE* out, const tec::Graph& g) {
+  const tec::MetaSummary s = tec::summarize(g);
+  int64_t quantized = 0;
+  for (const auto& v : g.values) quantized += v.proto.is_quantized();
+  std::fprintf(out,
+               "  %-14s %zu nodes, %zu values (%lld quantized), %lld buffers, %s in all: weights %s, saved %s "
+               "(+%s aliased, not copied), state %s\n",
+               profile_name(g).c_str(), g.nodes.size(), g.values.size(), static_cast<long long>(quantized),
+               static_cast<long long>(s.buffers), human_bytes(s.total_bytes).c_str(), human_bytes(s.weight_bytes).c_str(),
+               human_bytes(s.saved_bytes).c_str(), human_bytes(s.aliased_bytes).c_str(),
+               human_bytes(s.state_bytes).c_str());
+}
+
+// "T=2048" -> {"T", {2048}}; "T=16,128" -> {"T", {16, 128}}.
+std::pair<std::string, std::vector<int64_t>> parse_dim_assignment(const std::string& text, const char* option) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw tec::Error(ErrorKind::usage, {}, std::string(option) + " expects DIM=SIZE[,SIZE...], got '" + text + "'");
+  std::vector<int64_t> sizes;
+  size_t pos = eq + 1;
+  while (pos <= text.size()) {
+    const auto comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE)
+      throw tec::Error(ErrorKind::usage, {}, std::string(option) + ": '" + item + "' is not an integer size");
+    sizes.push_back(v);
+    pos = comma + 1;
+  }
+  return {text.substr(0, eq), sizes};
+}
+
+int parse_arch(const std::string& arch) {
+  int sm = 0;
+  if (arch.rfind("sm_", 0) == 0) sm = std::atoi(arch.c_str() + 3);
+  if (sm < 70 || sm > 200)
+    throw tec::Error(ErrorKind::usage, {}, "--arch expects sm_NN, e.g. sm_90, got '" + arch + "'");
+  return sm;
+}
+
+[[noreturn]] void not_implemented(const std::string& option) {
+  throw tec::Error(ErrorKind::unsupported, {},
+                   option + " is not implemented yet: plan files, reports and tuning arrive with the plan and GPU "
+                            "backend work (README.md, \"Status\"). Use --dump-after meta to inspect the model today.");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"te-compile: compile a TransformerEngine-style layer (JSON graph) into a tec plan.\n"
+               "Runs the frontend, then the passes apply_recipe, meta and usage, and prints what every\n"
+               "buffer will cost. Progress goes to stderr."};
+  app.footer(kFooter);
+  std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir;
+  std::vector<std::string> shapes, profiles, archs{"sm_90"};
+  bool tune = false, time_passes = false, quiet = false;
+  app.add_option("MODEL", model, "JSON graph (schemas/graph.schema.json)")->required();
+  app.add_option("-o,--output", output, "plan file to write (not implemented yet)");
+  app.add_option("--recipe", recipe, "bf16 | fp8-current | fp8-delayed | fp8-block | mxfp8 | nvfp4 (replaces the model's)");
+  app.add_option("--shape", shapes, "fix a dim: DIM=SIZE, e.g. T=2048 (repeatable); selects one profile");
+  app.add_option("--profiles", profiles, "replace a dim's profile list: DIM=S1,S2,..., e.g. T=16,128,2048");
+  app.add_option("--mode", mode, "infer: forward only; train: forward + backward (saved tensors, gradients)")
+      ->check(CLI::IsMember({"infer", "train"}));
+  app.add_option("--arch", archs, "target GPU arch, e.g. sm_90 (repeatable; layouts follow the first)");
+  app.add_option("--dump-after", dump_after, "print the graph as JSON after this pass and stop: frontend | "
+                                             "apply_recipe | meta | usage")
+      ->check(CLI::IsMember(tec::kPassNames));
+  app.add_option("--report", report, "write a JSON compile report (not implemented yet)");
+  app.add_flag("--tune", tune, "time GEMM algorithms on this machine's GPU (not implemented yet)");
+  app.add_option("--cache-dir", cache_dir, "kernel cache folder (not implemented yet)");
+  app.add_flag("--time-passes", time_passes, "print how long each pass took");
+  app.add_flag("-q,--quiet", quiet, "no progress output");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : tec::exit_code(ErrorKind::usage);
+  }
+
+  try {
+    if (!output.empty()) not_implemented("-o/--output");
+    if (!report.empty()) not_implemented("--report");
+    if (tune) not_implemented("--tune");
+    if (!cache_dir.empty()) not_implemented("--cache-dir");
+
+    tec::CompileOptions options;
+    options.model_path = model;
+    options.dump_after = dump_after;
+    options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
+    options.frontend.target.sm = parse_arch(archs.at(0));
+    for (const auto& a : archs) (void)parse_arch(a);
+    if (!recipe.empty()) {
+      auto kind = tec::parse_recipe_kind(recipe);
+      if (!kind)
+        throw tec::Error(ErrorKind::usage, {}, "unknown --recipe '" + recipe + "'; expected one of: " + tec::recipe_kind_names());
+      options.frontend.recipe = *kind;
+    }
+    for (const auto& p : profiles) options.frontend.dim_overrides.insert(parse_dim_assignment(p, "--profiles"));
+    for (const auto& s : shapes) {
+      auto [dim, sizes] = parse_dim_assignment(s, "--shape");
+      if (sizes.size() != 1) throw tec::Error(ErrorKind::usage, {}, "--shape takes one size per dim, use --profiles for lists");
+      options.frontend.dim_overrides[dim] = sizes;
+    }
+
+    auto progress = [quiet](int step, int total, const std::string& pass) {
+      if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());
+    };
+    const tec::CompileResult result = tec::compile_graphs(options, progress);
+
+    std::FILE* summary_out = stdout;
+    if (!dump_after.empty()) {
+      nlohmann::json dump{{"model", model}, {"profiles", nlohmann::json::array()}};
+      for (const auto& g : result.graphs) dump["profiles"].push_back(tec::dump_graph(g, dump_after));
+      std::cout << dump.dump(2) << "\n";
+      summary_out = stderr;  // keep stdout parseable
+    }
+    if (!quiet || dump_after.empty()) {
+      const auto& g0 = result.graphs.at(0);
+      std::fprintf(summary_out, "%s: %s, recipe %s, mode %s, sm_%d, %zu profile(s)%s\n", model.c_str(),
+                   g0.name.c_str(), std::string(to_string(g0.recipe.kind)).c_str(),
+                   std::string(to_string(g0.mode)).c_str(), g0.target.sm, result.graphs.size(),
+                   dump_after.empty() ? "" : (", after " + dump_after).c_str());
+      for (const auto& g : result.graphs) print_summary(summary_out, g);
+      if (dump_after.empty())
+        std::fprintf(summary_out, "note: no plan written: plan files are not implemented yet (README.md, \"Status\")\n");
+    }
+    if (time_passes)
+      for (const auto& t : result.timings) std::fprintf(stderr, "  %-14s %8.2f ms\n", t.pass.c_str(), t.milliseconds);
+    return 0;
+  } catch (const tec::Error& e) {
+    std::fprintf(stderr, "te-compile: error: %s\n", e.what());
+    return tec::exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "te-compile: internal error: %s\n", e.what());
+    return tec::exit_code(ErrorKind::internal);
+  }
+}

@@ -1,0 +1,23 @@
+# Warnings and sanitizer flags for tec's own targets (never for third-party code).
+function(tec_target_defaults target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+                                           -Wimplicit-fallthrough
+                                           -Wno-missing-field-initializers)  # designated initializers omit fields on purpose
+  if(TEC_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+  if(TEC_SANITIZE)
+    target_compile_options(${target} PRIVATE -fsanitize=address,undefined -fno-omit-frame-pointer
+                                             -fno-sanitize-recover=undefined)
+    target_link_options(${target} PRIVATE -fsanitize=address,undefined)
+  endif()
+endfunction()
+
+# tec_library(NAME SOURCES... DEPS ...): one module library under src/.
+function(tec_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  tec_target_defaults(${name})
+endfunction()

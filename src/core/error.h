@@ -1,0 +1,114 @@
+// Errors for every stage of tec (ARCHITECTURE.md §11). Inside the libraries errors are
+// exceptions that carry the stage, the node, its source location and what was expected;
+// the CLIs turn them into one line and a documented exit code.
+#pragma once
+
+#include <exception>
+#include <source_location>
+#include <sstream>
+#include <string>
+
+namespace tec {
+
+// What the failure blames. Each maps to one exit code of the CLIs (see exit_code()).
+enum class ErrorKind {
+  usage,        // bad command line or API arguments
+  invalid_input,// the model, graph or file is malformed or inconsistent
+  unsupported,  // valid input that tec cannot handle (yet)
+  compile,      // code generation or NVRTC failed
+  io,           // a file could not be read or written
+  internal,     // a bug in tec
+};
+
+const char* to_string(ErrorKind kind);
+int exit_code(ErrorKind kind);
+
+// Where an error happened: the pipeline stage, the node and where that node came from
+// (a JSON pointer such as "graph.json /ops/1", or an ONNX node name).
+struct ErrorContext {
+  std::string stage;     // "json", "meta", "usage", ...
+  std::string node;      // node or value name, may be empty
+  std::string op;        // op type of the node, may be empty
+  std::string location;  // source location, may be empty
+};
+
+class Error : public std::exception {
+ public:
+  Error(ErrorKind kind, ErrorContext context, std::string message,
+        std::source_location where = std::source_location::current());
+
+  ErrorKind kind() const { return kind_; }
+  const ErrorContext& context() const { return context_; }
+  const std::string& message() const { return message_; }
+  const std::source_location& where() const { return where_; }
+  // "[meta] node 'fc1' (linear) at graph.json /ops/1: FP8 GEMM needs K divisible by 16, got K=4100"
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  ErrorKind kind_;
+  ErrorContext context_;
+  std::string message_;
+  std::source_location where_;
+  std::string what_;
+};
+
+namespace detail {
+// Collects a message with << and throws it when the full expression ends. Only ever used
+// through the TEC_*_CHECK / TEC_*_ERROR macros below.
+class ErrorThrower {
+ public:
+  ErrorThrower(ErrorKind kind, ErrorContext context, std::source_location where)
+      : kind_(kind), context_(std::move(context)), where_(where) {}
+  ErrorThrower(const ErrorThrower&) = delete;
+  ErrorThrower& operator=(const ErrorThrower&) = delete;
+  template <typename T>
+  ErrorThrower& operator<<(const T& value) {
+    stream_ << value;
+    return *this;
+  }
+  [[noreturn]] ~ErrorThrower() noexcept(false);
+
+ private:
+  ErrorKind kind_;
+  ErrorContext context_;
+  std::source_location where_;
+  std::ostringstream stream_;
+};
+// Turns `thrower << ...` into a void expression so that a check is a single expression
+// (no dangling else inside an unbraced if).
+struct Voidify {
+  void operator&(ErrorThrower&) {}
+  void operator&(ErrorThrower&&) {}
+};
+}  // namespace detail
+
+}  // namespace tec
+
+// TEC_USER_CHECK blames the input; TEC_INTERNAL_CHECK blames tec. The context is an
+// ErrorContext (or anything convertible to one).
+//   TEC_USER_CHECK(k % 16 == 0, ctx) << "FP8 GEMM needs K divisible by 16, got K=" << k;
+#define TEC_ERROR_KIND(kind, ctx) \
+  ::tec::detail::ErrorThrower(kind, ctx, std::source_location::current())
+#define TEC_USER_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::invalid_input, ctx)
+#define TEC_UNSUPPORTED(ctx) TEC_ERROR_KIND(::tec::ErrorKind::unsupported, ctx)
+#define TEC_INTERNAL_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::internal, ctx)
+#define TEC_USER_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_USER_ERROR(ctx)
+#define TEC_UNSUPPORTED_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_UNSUPPORTED(ctx)
+#define TEC_INTERNAL_CHECK(cond, ctx) \
+  (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_INTERNAL_ERROR(ctx) << "internal check failed: " #cond ": "
+
+namespace tec {
+// Runs f; an Error thrown without a node or location (e.g. by a shape helper) is rethrown
+// with `context`, so that low-level checks still name the node they failed for.
+template <typename F>
+auto with_context(const ErrorContext& context, F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    if (!e.context().node.empty() || !e.context().location.empty()) throw;
+    ErrorContext filled = context;
+    if (filled.stage.empty()) filled.stage = e.context().stage;
+    throw Error(e.kind(), filled, e.message(), e.where());
+  }
+}
+}  // namespace tec

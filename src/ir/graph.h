@@ -1,0 +1,139 @@
+// Graph IR: nodes in topological order over SSA values (ARCHITECTURE.md §3). Every node
+// and value keeps the name and source location it came from, so every error can name it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "core/error.h"
+#include "ir/recipe.h"
+#include "ir/tensor_proto.h"
+
+namespace tec {
+
+using ValueId = int32_t;
+using NodeId = int32_t;
+
+enum class Mode : uint8_t { infer, train };
+std::string_view to_string(Mode mode);
+
+enum class ValueKind : uint8_t {
+  input,       // fed by the caller at run time
+  activation,  // produced by a node
+  weight,      // a parameter: a constant in inference, pre-quantized at compile time
+};
+std::string_view to_string(ValueKind kind);
+
+// Where a weight's values come from.
+struct WeightSource {
+  enum class Kind : uint8_t { random, file } kind = Kind::random;
+  // random: seeded normal values with this mean and stddev (benchmarks and tests).
+  uint64_t seed = 0;
+  float mean = 0.0f;
+  float stddev = 0.0f;
+  // file: a tensor in a safetensors file.
+  std::string path;
+  std::string tensor;
+  DType file_dtype = DType::fp32;
+  int64_t file_offset = 0;  // absolute byte offset of the tensor data in the file
+};
+
+struct Value {
+  std::string name;
+  ValueKind kind = ValueKind::activation;
+  TensorProto proto;
+  NodeId producer = -1;
+  std::string source;  // e.g. "graph.json /inputs/0"
+  std::optional<WeightSource> weight;
+  // Set by apply_recipe: the quantizer a GEMM wants this value in. The producer writes the
+  // value quantized (fusing the quantize), or the compiler pre-quantizes the weight.
+  std::optional<Quantizer> quantizer;
+  // Train mode: the gradient of this value (set by meta), when one flows.
+  std::optional<TensorProto> grad;
+};
+
+using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+
+struct Attributes {
+  std::map<std::string, AttrValue> values;
+
+  bool has(const std::string& name) const { return values.count(name) != 0; }
+  int64_t get_int(const std::string& name, int64_t fallback) const;
+  double get_float(const std::string& name, double fallback) const;
+  bool get_bool(const std::string& name, bool fallback) const;
+  std::string get_string(const std::string& name, const std::string& fallback) const;
+  std::vector<int64_t> get_ints(const std::string& name) const;
+};
+
+// A tensor an op keeps for its backward. aliases_input >= 0 means it *is* that input slot
+// (an activation or a weight) and costs no new buffer.
+struct SavedTensor {
+  std::string name;
+  TensorProto proto;
+  int aliases_input = -1;
+};
+
+// Scratch a node needs beside its outputs, e.g. the all-gathered input of a
+// sequence-parallel linear.
+struct Workspace {
+  std::string name;
+  TensorProto proto;
+};
+
+// What the backward of one node reads and makes (meta, train mode).
+struct BackwardInfo {
+  struct SavedRead {
+    int saved_index;
+    Usage usage;
+  };
+  std::vector<SavedRead> reads;
+  std::vector<Workspace> workspaces;  // e.g. the quantized grad_output of a linear
+};
+
+struct Node {
+  std::string name;
+  std::string op;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  Attributes attrs;
+  std::string source;  // e.g. "graph.json /ops/1"
+  // Filled by the meta pass.
+  std::vector<SavedTensor> saved;
+  std::vector<Workspace> workspaces;
+  std::optional<BackwardInfo> backward;
+};
+
+struct Graph {
+  std::string name;
+  std::string source_file;
+  std::vector<Value> values;
+  std::vector<Node> nodes;  // topological order
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  Recipe recipe;
+  Mode mode = Mode::infer;
+  Target target;
+  std::map<std::string, int64_t> dims;  // the profile this graph is built for
+
+  ValueId add_value(Value value);
+  NodeId add_node(Node node);  // sets the producer of its outputs
+  Value& value(ValueId id) { return values.at(static_cast<size_t>(id)); }
+  const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
+  Node& node(NodeId id) { return nodes.at(static_cast<size_t>(id)); }
+  const Node& node(NodeId id) const { return nodes.at(static_cast<size_t>(id)); }
+  std::optional<ValueId> find_value(const std::string& name) const;
+  // For each value, the (node, input slot) pairs that read it.
+  std::vector<std::vector<std::pair<NodeId, int>>> consumers() const;
+  bool is_output(ValueId id) const;
+  ErrorContext context(NodeId id, std::string stage) const;
+};
+
+// Checks the structural invariants: unique names, inputs defined before use, producers
+// consistent. Throws Error(internal) because frontends must never build a bad graph.
+void verify(const Graph& graph);
+
+}  // namespace tec

@@ -1,0 +1,105 @@
+// OpDef: everything about one op, in one place (ARCHITECTURE.md §4). The registry is filled
+// by src/ops/; passes and frontends only look ops up here.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tec {
+
+enum class AttrType : uint8_t { int_, float_, bool_, string_, ints };
+std::string_view to_string(AttrType type);
+
+struct AttrSpec {
+  std::string name;
+  AttrType type;
+  std::optional<AttrValue> default_value;  // nullopt: required
+  std::vector<std::string> choices;        // allowed strings, empty = any
+  std::string doc;
+};
+
+// A parameter the op owns (e.g. linear's weight), created by the frontend as a weight value
+// named "<node>.<suffix>" and appended to the node's inputs.
+struct ParamSpec {
+  std::string suffix;
+  Shape shape;
+  DType dtype;
+  float init_mean = 0.0f;    // seeded random initialisation
+  float init_stddev = 0.0f;
+};
+
+// An input slot that a GEMM reads, and the role the recipe quantizes it for.
+struct GemmOperand {
+  int slot;
+  TensorRole role;
+};
+
+struct InferContext {
+  const Graph& graph;
+  const Node& node;
+  ErrorContext error;                // names the node; use in TEC_USER_CHECK
+  std::vector<TensorProto> inputs;   // activations first, then params
+};
+
+struct InferResult {
+  std::vector<TensorProto> outputs;
+  std::vector<SavedTensor> saved;    // empty in infer mode
+  std::vector<Workspace> workspaces;
+};
+
+struct BackwardContext {
+  const Graph& graph;
+  const Node& node;
+  ErrorContext error;
+  std::vector<TensorProto> inputs;        // forward input protos
+  std::vector<SavedTensor> saved;         // what infer saved
+  std::vector<TensorProto> grad_outputs;  // one per forward output
+};
+
+struct BackwardResult {
+  std::vector<std::optional<TensorProto>> grad_inputs;  // per input slot; nullopt: no gradient
+  std::vector<BackwardInfo::SavedRead> reads;
+  std::vector<Workspace> workspaces;
+};
+
+struct OpDef {
+  std::string name;
+  std::string summary;
+  int min_inputs = 1;  // activation inputs, params not counted
+  int max_inputs = 1;
+  std::vector<AttrSpec> attrs;
+  // Checks across attributes beyond the schema (ranges, combinations). Optional.
+  std::function<void(const Attributes&, const ErrorContext&)> check_attributes;
+  // The parameters the op owns, from its attributes and the model dtype. Optional.
+  std::function<std::vector<ParamSpec>(const Attributes&, DType)> params;
+  // Input slots read by a GEMM. Optional (non-GEMM ops).
+  std::function<std::vector<GemmOperand>(const Node&)> gemm_operands;
+  // The fake forward: output protos, saved tensors (train) and workspaces.
+  std::function<InferResult(const InferContext&)> infer;
+  // The fake backward: gradient protos, and which saved tensors it reads with which usage.
+  std::function<BackwardResult(const BackwardContext&)> infer_backward;
+};
+
+class OpRegistry {
+ public:
+  void add(OpDef def);
+  const OpDef* find(const std::string& name) const;
+  const OpDef& get(const std::string& name) const;  // internal error if missing
+  std::vector<const OpDef*> all() const;
+  std::string names() const;  // "add, bias, ..." for error messages
+
+ private:
+  std::map<std::string, std::unique_ptr<OpDef>> ops_;
+};
+
+// Checks node attributes against the op's schema and fills in defaults. Errors point at
+// "<node source>/attrs/<name>".
+void check_and_default_attributes(const OpDef& def, Attributes& attrs, const ErrorContext& ctx);
+
+}  // namespace tec

@@ -1,0 +1,129 @@
+#include "ir/quantizer.h"
+
+#include <bit>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tec {
+
+std::string_view to_string(QuantizerKind kind) {
+  switch (kind) {
+    case QuantizerKind::fp8_current: return "fp8_current";
+    case QuantizerKind::fp8_delayed: return "fp8_delayed";
+    case QuantizerKind::mxfp8: return "mxfp8";
+    case QuantizerKind::fp8_block: return "fp8_block";
+    case QuantizerKind::nvfp4: return "nvfp4";
+  }
+  return "?";
+}
+
+std::string_view to_string(AmaxAlgo algo) { return algo == AmaxAlgo::max ? "max" : "most_recent"; }
+
+static void require_fp8(DType dtype) {
+  TEC_USER_CHECK(is_float8(dtype), {}) << "FP8 quantizers take fp8_e4m3 or fp8_e5m2, got "
+                                       << to_string(dtype);
+}
+
+Quantizer Quantizer::fp8_current(DType dtype, bool force_pow2_scales, float amax_epsilon) {
+  require_fp8(dtype);
+  Quantizer q;
+  q.kind = QuantizerKind::fp8_current;
+  q.dtype = dtype;
+  q.force_pow2_scales = force_pow2_scales;
+  q.amax_epsilon = amax_epsilon;
+  return q;
+}
+
+Quantizer Quantizer::fp8_delayed(DType dtype, int amax_history_len, int margin, AmaxAlgo algo) {
+  require_fp8(dtype);
+  TEC_USER_CHECK(amax_history_len >= 1 && amax_history_len <= 65536, {})
+      << "amax_history_len must be in [1, 65536], got " << amax_history_len;
+  TEC_USER_CHECK(margin >= 0 && margin <= 64, {}) << "margin must be in [0, 64], got " << margin;
+  Quantizer q;
+  q.kind = QuantizerKind::fp8_delayed;
+  q.dtype = dtype;
+  q.amax_history_len = amax_history_len;
+  q.margin = margin;
+  q.amax_algo = algo;
+  return q;
+}
+
+Quantizer Quantizer::mxfp8(DType dtype) {
+  require_fp8(dtype);
+  Quantizer q;
+  q.kind = QuantizerKind::mxfp8;
+  q.dtype = dtype;
+  q.block_rows = 1;
+  q.block_cols = 32;
+  return q;
+}
+
+Quantizer Quantizer::fp8_block(DType dtype, int block_dim, bool force_pow2_scales, float amax_epsilon) {
+  require_fp8(dtype);
+  TEC_USER_CHECK(block_dim == 1 || block_dim == 2, {})
+      << "FP8 block scaling dim must be 1 (1x128) or 2 (128x128), got " << block_dim;
+  Quantizer q;
+  q.kind = QuantizerKind::fp8_block;
+  q.dtype = dtype;
+  q.block_rows = block_dim == 1 ? 1 : 128;
+  q.block_cols = 128;
+  q.force_pow2_scales = force_pow2_scales;
+  q.amax_epsilon = amax_epsilon;
+  return q;
+}
+
+Quantizer Quantizer::nvfp4(bool two_d) {
+  Quantizer q;
+  q.kind = QuantizerKind::nvfp4;
+  q.dtype = DType::fp4_e2m1x2;
+  q.block_rows = two_d ? 16 : 1;
+  q.block_cols = 16;
+  return q;
+}
+
+std::vector<StateBufferSpec> Quantizer::state_buffers() const {
+  if (kind != QuantizerKind::fp8_delayed) return {};
+  // LAYOUTS.md §1.5: scale starts at 1, the history at 0. Row 0 of the history is the
+  // staging slot the cast max-merges into; tec keeps one column per tensor.
+  return {
+      {"scale", Shape{1}, DType::fp32, 1.0f},
+      {"amax_history", Shape{amax_history_len}, DType::fp32, 0.0f},
+  };
+}
+
+std::string Quantizer::str() const {
+  std::ostringstream out;
+  out << to_string(kind) << "(" << to_string(dtype);
+  if (!is_per_tensor()) out << ", block=" << block_rows << "x" << block_cols;
+  if (kind == QuantizerKind::fp8_delayed)
+    out << ", history=" << amax_history_len << ", margin=" << margin << ", algo=" << to_string(amax_algo);
+  if (force_pow2_scales) out << ", pow2_scales";
+  if (amax_epsilon != 0.0f) out << ", amax_epsilon=" << amax_epsilon;
+  out << ")";
+  return out.str();
+}
+
+size_t Quantizer::hash() const {
+  // FNV-1a over the fields; floats by their bits so that hash agrees with operator==
+  // (the factories never produce -0 or NaN epsilons).
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(static_cast<uint64_t>(kind));
+  mix(static_cast<uint64_t>(dtype));
+  mix(static_cast<uint64_t>(block_rows));
+  mix(static_cast<uint64_t>(block_cols));
+  mix(std::bit_cast<uint32_t>(amax_epsilon));
+  mix(force_pow2_scales);
+  mix(static_cast<uint64_t>(amax_history_len));
+  mix(static_cast<uint64_t>(margin));
+  mix(static_cast<uint64_t>(amax_algo));
+  return static_cast<size_t>(h);
+}
+
+}  // namespace tec

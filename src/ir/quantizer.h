@@ -1,0 +1,75 @@
+// Quantizer: a value object describing how a tensor is quantized (ARCHITECTURE.md §3).
+// Equality and hash go over every field, so one configuration is one kernel cache key.
+// Per-tensor state (delayed scaling's scale and amax history) is declared here and owned
+// by the tensor that uses the quantizer, never by the quantizer itself.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace tec {
+
+enum class QuantizerKind : uint8_t {
+  fp8_current,  // FP8 per-tensor, scale from this tensor's amax (LAYOUTS.md §1.6)
+  fp8_delayed,  // FP8 per-tensor, scale from an amax history (LAYOUTS.md §1.5)
+  mxfp8,        // 1x32 blocks, E8M0 scales (LAYOUTS.md §2)
+  fp8_block,    // 1x128 or 128x128 blocks, FP32 scales (LAYOUTS.md §3)
+  nvfp4,        // FP4 E2M1, 1x16 (or 16x16) E4M3 scales plus a global amax (LAYOUTS.md §4)
+};
+
+enum class AmaxAlgo : uint8_t { max, most_recent };
+
+std::string_view to_string(QuantizerKind kind);
+std::string_view to_string(AmaxAlgo algo);
+
+// A state buffer a quantizer needs per tensor, updated in place by the graph.
+struct StateBufferSpec {
+  std::string name;  // "scale", "amax_history"
+  Shape shape;
+  DType dtype;
+  float initial_value;
+};
+
+struct Quantizer {
+  QuantizerKind kind = QuantizerKind::fp8_current;
+  DType dtype = DType::fp8_e4m3;  // element format: fp8_e4m3, fp8_e5m2 or fp4_e2m1x2
+  // Scaling block in [rows, cols] of the [M, K] view; {0, 0} for one scale per tensor.
+  int block_rows = 0;
+  int block_cols = 0;
+  float amax_epsilon = 0.0f;
+  bool force_pow2_scales = false;
+  // Delayed scaling only.
+  int amax_history_len = 0;
+  int margin = 0;
+  AmaxAlgo amax_algo = AmaxAlgo::max;
+
+  static Quantizer fp8_current(DType dtype, bool force_pow2_scales = false, float amax_epsilon = 0);
+  static Quantizer fp8_delayed(DType dtype, int amax_history_len = 1024, int margin = 0,
+                               AmaxAlgo algo = AmaxAlgo::max);
+  static Quantizer mxfp8(DType dtype);
+  // block_dim 1: 1x128 (activations, gradients); 2: 128x128 (weights).
+  static Quantizer fp8_block(DType dtype, int block_dim, bool force_pow2_scales = true,
+                             float amax_epsilon = 0);
+  // two_d: 16x16 tiles, TE's default for weights (LAYOUTS.md §4.4).
+  static Quantizer nvfp4(bool two_d = false);
+
+  bool is_per_tensor() const { return block_rows == 0; }
+  // The state each tensor quantized this way owns (empty unless delayed scaling).
+  std::vector<StateBufferSpec> state_buffers() const;
+  // "fp8_delayed(fp8_e4m3, history=1024, margin=0, algo=max)"
+  std::string str() const;
+  size_t hash() const;
+  bool operator==(const Quantizer&) const = default;
+};
+
+}  // namespace tec
+
+template <>
+struct std::hash<tec::Quantizer> {
+  size_t operator()(const tec::Quantizer& q) const { return q.hash(); }
+};

@@ -1,0 +1,63 @@
+#include "ops/common.h"
+
+namespace tec {
+
+const OpRegistry& builtin_ops() {
+  static const OpRegistry registry = [] {
+    OpRegistry r;
+    register_linear_ops(r);
+    register_activation_ops(r);
+    register_norm_ops(r);
+    register_elementwise_ops(r);
+    register_quantize_ops(r);
+    register_shape_ops(r);
+    return r;
+  }();
+  return registry;
+}
+
+TensorProto dense_like(const TensorProto& proto) { return TensorProto::dense(proto.shape, proto.dtype); }
+
+TensorProto row_stat(const TensorProto& x) { return TensorProto::dense(Shape{x.shape.rows()}, DType::fp32); }
+
+SavedTensor save_input(const InferContext& ctx, int slot, std::string name) {
+  return SavedTensor{std::move(name), ctx.inputs.at(static_cast<size_t>(slot)), slot};
+}
+
+std::vector<std::optional<TensorProto>> grads_like_inputs(const BackwardContext& ctx) {
+  std::vector<std::optional<TensorProto>> grads;
+  for (const auto& in : ctx.inputs) grads.emplace_back(dense_like(in));
+  return grads;
+}
+
+std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx) {
+  std::vector<BackwardInfo::SavedRead> reads;
+  for (size_t i = 0; i < ctx.saved.size(); ++i) reads.push_back({static_cast<int>(i), Usage{true, false}});
+  return reads;
+}
+
+BackwardResult passthrough_backward(const BackwardContext& ctx) {
+  return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}};
+}
+
+void require_rank_at_least(const InferContext& ctx, int slot, size_t rank) {
+  const auto& p = ctx.inputs.at(static_cast<size_t>(slot));
+  TEC_USER_CHECK(p.shape.rank() >= rank, ctx.error)
+      << "input " << slot << " must have rank >= " << rank << ", got shape " << p.shape.str();
+}
+
+void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what) {
+  const auto& p = ctx.inputs.at(static_cast<size_t>(slot));
+  TEC_USER_CHECK(p.shape.cols() == expected, ctx.error)
+      << "shape mismatch: input '" << ctx.graph.value(ctx.node.inputs.at(static_cast<size_t>(slot))).name
+      << "' has shape " << p.shape.str() << ", expected last dim " << expected << " (" << what << ")";
+}
+
+void require_high_precision(const InferContext& ctx, int slot) {
+  const auto& p = ctx.inputs.at(static_cast<size_t>(slot));
+  TEC_USER_CHECK(!p.is_quantized(), ctx.error)
+      << "input '" << ctx.graph.value(ctx.node.inputs.at(static_cast<size_t>(slot))).name
+      << "' is quantized (" << p.quantizer->str() << "); this op reads high-precision values, add a dequantize";
+}
+
+}  // namespace tec

@@ -1,0 +1,36 @@
+// Helpers shared by the op families, and the registry of built-in ops.
+#pragma once
+
+#include "ir/op_registry.h"
+
+namespace tec {
+
+// The registry holding every built-in op; built once, thread-safe.
+const OpRegistry& builtin_ops();
+
+// One function per op family file.
+void register_linear_ops(OpRegistry& registry);
+void register_activation_ops(OpRegistry& registry);
+void register_norm_ops(OpRegistry& registry);
+void register_elementwise_ops(OpRegistry& registry);
+void register_quantize_ops(OpRegistry& registry);
+void register_shape_ops(OpRegistry& registry);
+
+// A high-precision tensor of the same shape and nominal dtype (drops any quantizer).
+TensorProto dense_like(const TensorProto& proto);
+// A per-row FP32 statistic of x's [M, K] view (mean, rsigma): shape [M].
+TensorProto row_stat(const TensorProto& x);
+// A saved tensor that is input `slot` itself.
+SavedTensor save_input(const InferContext& ctx, int slot, std::string name);
+// Gradients shaped like every forward input.
+std::vector<std::optional<TensorProto>> grads_like_inputs(const BackwardContext& ctx);
+// Reads of every saved tensor with rowwise usage (elementwise backward kernels).
+std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx);
+// The backward of an op that saves nothing and passes or rescales the gradient.
+BackwardResult passthrough_backward(const BackwardContext& ctx);
+
+void require_rank_at_least(const InferContext& ctx, int slot, size_t rank);
+void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what);
+void require_high_precision(const InferContext& ctx, int slot);
+
+}  // namespace tec

@@ -1,0 +1,139 @@
+// linear: y = x W^T (+ b), TE's BasicLinear, optionally tensor parallel. The GEMM reads x
+// and W as quantized operands (TN on Hopper); the backward needs the columnwise copies of x
+// (wgrad) and W (dgrad) (LAYOUTS.md §0).
+#include <cmath>
+
+#include "ops/common.h"
+
+namespace tec {
+
+namespace {
+
+struct LinearConfig {
+  int64_t in_features, out_features, tp_size;
+  std::string tp_mode;  // none, column, row
+  bool bias, sequence_parallel;
+
+  explicit LinearConfig(const Attributes& a)
+      : in_features(a.get_int("in_features", 0)),
+        out_features(a.get_int("out_features", 0)),
+        tp_size(a.get_int("tp_size", 1)),
+        tp_mode(a.get_string("tp_mode", "none")),
+        bias(a.get_bool("bias", true)),
+        sequence_parallel(a.get_bool("sequence_parallel", false)) {}
+  // This rank's shard of the weight: column-parallel splits out_features, row-parallel in_features.
+  int64_t local_in() const { return tp_mode == "row" ? in_features / tp_size : in_features; }
+  int64_t local_out() const { return tp_mode == "column" ? out_features / tp_size : out_features; }
+};
+
+void check_linear_attributes(const Attributes& attrs, const ErrorContext& ctx) {
+  const LinearConfig c(attrs);
+  TEC_USER_CHECK(c.in_features >= 1 && c.out_features >= 1, ctx)
+      << "in_features and out_features must be positive, got " << c.in_features << " and " << c.out_features;
+  TEC_USER_CHECK(c.tp_size >= 1 && c.tp_size <= 1024, ctx) << "tp_size must be in [1, 1024], got " << c.tp_size;
+  if (c.tp_mode == "none") {
+    TEC_USER_CHECK(c.tp_size == 1, ctx) << "tp_size=" << c.tp_size << " needs tp_mode 'column' or 'row'";
+    TEC_USER_CHECK(!c.sequence_parallel, ctx) << "sequence_parallel needs tp_mode 'column' or 'row'";
+  }
+  if (c.tp_mode == "column")
+    TEC_USER_CHECK(c.out_features % c.tp_size == 0, ctx)
+        << "column-parallel linear needs out_features divisible by tp_size, got " << c.out_features << " and "
+        << c.tp_size;
+  if (c.tp_mode == "row")
+    TEC_USER_CHECK(c.in_features % c.tp_size == 0, ctx)
+        << "row-parallel linear needs in_features divisible by tp_size, got " << c.in_features << " and " << c.tp_size;
+}
+
+std::vector<ParamSpec> linear_params(const Attributes& attrs, DType dtype) {
+  const LinearConfig c(attrs);
+  const float stddev = 1.0f / std::sqrt(static_cast<float>(c.in_features));
+  std::vector<ParamSpec> params{{"weight", Shape{c.local_out(), c.local_in()}, dtype, 0.0f, stddev}};
+  if (c.bias) params.push_back({"bias", Shape{c.local_out()}, dtype, 0.0f, 0.02f});
+  return params;
+}
+
+// cuBLASLt FP8 GEMMs need leading dimensions divisible by 16 (LAYOUTS.md §1.1).
+void check_gemm_dim(const InferContext& ctx, const TensorProto& operand, const char* dim_name, int64_t dim) {
+  if (!operand.is_quantized()) return;
+  TEC_USER_CHECK(dim % 16 == 0, ctx.error)
+      << to_string(operand.quantizer->kind) << " GEMM needs " << dim_name << " divisible by 16, got " << dim_name
+      << "=" << dim;
+}
+
+InferResult infer_linear(const InferContext& ctx) {
+  const LinearConfig c(ctx.node.attrs);
+  require_rank_at_least(ctx, 0, 1);
+  const TensorProto& x = ctx.inputs[0];
+  const TensorProto& w = ctx.inputs[1];
+  require_last_dim(ctx, 0, c.local_in(), c.tp_mode == "row" ? "in_features / tp_size" : "in_features");
+  TEC_INTERNAL_CHECK(w.shape == Shape({c.local_out(), c.local_in()}), ctx.error) << "weight shape " << w.shape.str();
+
+  InferResult result;
+  Shape gemm_input = x.shape;  // the rows the GEMM actually reads
+  Shape out = x.shape.with_last(c.local_out());
+  if (c.sequence_parallel && x.shape.rank() >= 2) {
+    if (c.tp_mode == "column") {
+      // The sequence-sharded input is all-gathered before the GEMM: leading dim x tp.
+      gemm_input.dims[0] = checked_mul(gemm_input.dims[0], c.tp_size);
+      out.dims[0] = gemm_input.dims[0];
+      result.workspaces.push_back({"gathered_input", x.with_shape(gemm_input)});
+    } else {
+      // The partial sums are reduce-scattered over the sequence: leading dim / tp.
+      TEC_USER_CHECK(x.shape[0] % c.tp_size == 0, ctx.error)
+          << "row-parallel linear with sequence parallel needs leading dim " << x.shape[0]
+          << " divisible by tp_size " << c.tp_size;
+      out.dims[0] = x.shape[0] / c.tp_size;
+    }
+  }
+  check_gemm_dim(ctx, x, "K", c.local_in());
+  check_gemm_dim(ctx, w, "N", c.local_out());
+  // wgrad contracts over the tokens: the columnwise copy's leading dim is M.
+  if (ctx.graph.mode == Mode::train) check_gemm_dim(ctx, x, "M (tokens, for the wgrad GEMM)", gemm_input.rows());
+
+  result.outputs.push_back(TensorProto::dense(out, x.dtype));
+  result.saved.push_back(save_input(ctx, 0, "input"));
+  result.saved.push_back(save_input(ctx, 1, "weight"));
+  return result;
+}
+
+BackwardResult infer_linear_backward(const BackwardContext& ctx) {
+  BackwardResult result;
+  result.grad_inputs = grads_like_inputs(ctx);
+  // wgrad reads x^T (columnwise), dgrad reads W^T (columnwise).
+  result.reads = {{0, Usage{false, true}}, {1, Usage{false, true}}};
+  // dgrad reads dy rowwise, wgrad reads dy^T: the quantized gradient needs both copies.
+  if (auto q = ctx.graph.recipe.quantizer_for(TensorRole::grad_output)) {
+    result.workspaces.push_back(
+        {"grad_output_quantized", ctx.grad_outputs[0].with_quantizer(q).update_usage(Usage{true, true})});
+  }
+  return result;
+}
+
+}  // namespace
+
+void register_linear_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "linear",
+      .summary = "y = x W^T + b (TE BasicLinear), optionally column/row tensor parallel",
+      .min_inputs = 1,
+      .max_inputs = 1,
+      .attrs =
+          {
+              {"in_features", AttrType::int_, std::nullopt, {}, "K, the input features (global)"},
+              {"out_features", AttrType::int_, std::nullopt, {}, "N, the output features (global)"},
+              {"bias", AttrType::bool_, AttrValue{true}, {}, "add a bias in the GEMM epilogue"},
+              {"tp_mode", AttrType::string_, AttrValue{std::string("none")}, {"none", "column", "row"},
+               "tensor-parallel split"},
+              {"tp_size", AttrType::int_, AttrValue{int64_t{1}}, {}, "tensor-parallel ranks"},
+              {"sequence_parallel", AttrType::bool_, AttrValue{false}, {},
+               "shard the sequence dim outside the linear"},
+          },
+      .check_attributes = check_linear_attributes,
+      .params = linear_params,
+      .gemm_operands = [](const Node&) { return std::vector<GemmOperand>{{0, TensorRole::input}, {1, TensorRole::weight}}; },
+      .infer = infer_linear,
+      .infer_backward = infer_linear_backward,
+  });
+}
+
+}  // namespace tec

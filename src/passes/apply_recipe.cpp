@@ -1,0 +1,96 @@
+// apply_recipe: the first pass. It maps the recipe onto the GEMM operands of the graph.
+#include <map>
+
+#include "ops/common.h"
+#include "passes/passes.h"
+
+namespace tec {
+
+namespace {
+
+struct Wanted {
+  Quantizer quantizer;
+  TensorRole role;
+};
+using WantedMap = std::map<std::pair<NodeId, int>, Wanted>;  // (node, input slot) -> what its GEMM wants
+
+// True when every reader of `id` is a GEMM operand slot wanting exactly `q`.
+bool only_gemm_readers(const std::vector<std::pair<NodeId, int>>& readers, const WantedMap& wanted,
+                       const Quantizer& q) {
+  for (const auto& reader : readers) {
+    auto it = wanted.find(reader);
+    if (it == wanted.end() || !(it->second.quantizer == q)) return false;
+  }
+  return !readers.empty();
+}
+
+}  // namespace
+
+Graph apply_recipe(Graph graph) {
+  const OpRegistry& ops = builtin_ops();
+  WantedMap wanted;
+  for (NodeId n = 0; n < static_cast<NodeId>(graph.nodes.size()); ++n) {
+    const OpDef& def = ops.get(graph.node(n).op);
+    if (!def.gemm_operands) continue;
+    for (const GemmOperand& operand : def.gemm_operands(graph.node(n)))
+      if (auto q = graph.recipe.quantizer_for(operand.role)) wanted.emplace(std::make_pair(n, operand.slot), Wanted{*q, operand.role});
+  }
+  if (wanted.empty()) return graph;
+
+  const auto readers = graph.consumers();
+  // (value, quantizer hash) -> the inserted quantize node's output, shared by all readers.
+  std::map<std::pair<ValueId, size_t>, ValueId> inserted;
+  std::vector<Node> old_nodes = std::move(graph.nodes);
+  graph.nodes.clear();
+  for (NodeId n = 0; n < static_cast<NodeId>(old_nodes.size()); ++n) {
+    Node node = std::move(old_nodes[static_cast<size_t>(n)]);
+    for (int slot = 0; slot < static_cast<int>(node.inputs.size()); ++slot) {
+      auto it = wanted.find({n, slot});
+      if (it == wanted.end()) continue;
+      const Quantizer& q = it->second.quantizer;
+      const ValueId vid = node.inputs[static_cast<size_t>(slot)];
+      Value& v = graph.value(vid);
+      if (v.kind == ValueKind::weight) {
+        TEC_USER_CHECK(!v.quantizer || *v.quantizer == q, (ErrorContext{"recipe", node.name, node.op, node.source}))
+            << "weight '" << v.name << "' is read by GEMMs that want different quantizers: " << v.quantizer->str()
+            << " and " << q.str();
+        v.quantizer = q;
+        continue;
+      }
+      const bool producer_writes_quantized =
+          v.kind == ValueKind::activation && !graph.is_output(vid) &&
+          only_gemm_readers(readers[static_cast<size_t>(vid)], wanted, q);
+      if (producer_writes_quantized) {
+        v.quantizer = q;
+        continue;
+      }
+      // Someone else needs the high-precision value (or it is a graph input): cast explicitly.
+      auto key = std::make_pair(vid, q.hash());
+      auto found = inserted.find(key);
+      if (found == inserted.end()) {
+        Value out;
+        out.name = v.name + ".quantized";
+        for (int suffix = 2; graph.find_value(out.name); ++suffix)
+          out.name = v.name + ".quantized" + std::to_string(suffix);
+        out.source = node.source;
+        const ValueId out_id = graph.add_value(std::move(out));
+        Node cast;
+        cast.name = graph.value(out_id).name;
+        cast.op = "quantize";
+        cast.inputs = {vid};
+        cast.outputs = {out_id};
+        cast.source = node.source;
+        cast.attrs.values["role"] = std::string(to_string(it->second.role));
+        cast.attrs.values["recipe"] = std::string();
+        graph.add_node(std::move(cast));
+        found = inserted.emplace(key, out_id).first;
+      }
+      node.inputs[static_cast<size_t>(slot)] = found->second;
+    }
+    graph.add_node(std::move(node));
+  }
+  verify(graph);
+  return graph;
+}
+
+}  // namespace tec

@@ -1,0 +1,107 @@
+// meta: the fake forward and backward over TensorProtos (ARCHITECTURE.md §5). After it, every
+// value has its final shape, dtype and quantizer, and in train mode every node knows what it
+// saves (and which of those alias an input) and what its backward reads.
+#include "ops/common.h"
+#include "passes/passes.h"
+
+namespace tec {
+
+namespace {
+
+std::vector<TensorProto> input_protos(const Graph& g, const Node& node) {
+  std::vector<TensorProto> protos;
+  for (ValueId in : node.inputs) protos.push_back(g.value(in).proto);
+  return protos;
+}
+
+void check_input_count(const OpDef& def, const Node& node, size_t params, const ErrorContext& ctx) {
+  const auto activations = static_cast<int>(node.inputs.size() - params);
+  TEC_USER_CHECK(activations >= def.min_inputs && activations <= def.max_inputs, ctx)
+      << "op '" << def.name << "' takes " << def.min_inputs
+      << (def.max_inputs != def.min_inputs ? " to " + std::to_string(def.max_inputs) : std::string()) << " input(s), got "
+      << activations;
+}
+
+void run_forward(Graph& g) {
+  const OpRegistry& ops = builtin_ops();
+  for (Value& v : g.values) {
+    if (v.kind == ValueKind::weight) {
+      v.proto.requires_grad = g.mode == Mode::train;
+      v.proto = v.proto.with_quantizer(v.quantizer);
+    }
+  }
+  for (NodeId n = 0; n < static_cast<NodeId>(g.nodes.size()); ++n) {
+    const Node& node = g.node(n);
+    const OpDef& def = ops.get(node.op);
+    const ErrorContext ctx = g.context(n, "meta");
+    InferContext infer_ctx{g, node, ctx, input_protos(g, node)};
+    size_t params = 0;
+    for (ValueId in : node.inputs) params += g.value(in).kind == ValueKind::weight;
+    check_input_count(def, node, params, ctx);
+    InferResult result = with_context(ctx, [&] { return def.infer(infer_ctx); });
+    TEC_INTERNAL_CHECK(result.outputs.size() == node.outputs.size(), ctx) << "infer returned the wrong output count";
+    bool requires_grad = false;
+    for (const auto& in : infer_ctx.inputs) requires_grad |= in.requires_grad;
+    for (size_t i = 0; i < node.outputs.size(); ++i) {
+      Value& out = g.value(node.outputs[i]);
+      TensorProto proto = std::move(result.outputs[i]);
+      if (out.quantizer) {
+        TEC_INTERNAL_CHECK(!proto.quantizer || *proto.quantizer == *out.quantizer, ctx)
+            << "value '" << out.name << "' is quantized twice";
+        proto = proto.with_quantizer(out.quantizer);
+      }
+      proto.requires_grad = requires_grad;
+      out.proto = std::move(proto);
+    }
+    Node& mutable_node = g.node(n);
+    mutable_node.workspaces = std::move(result.workspaces);
+    mutable_node.saved = g.mode == Mode::train && requires_grad ? std::move(result.saved) : std::vector<SavedTensor>{};
+  }
+}
+
+// Walks the nodes backwards from the outputs, as autodiff will, to fix every gradient's proto.
+void run_backward(Graph& g) {
+  const OpRegistry& ops = builtin_ops();
+  std::vector<std::optional<TensorProto>> grads(g.values.size());
+  for (ValueId out : g.outputs)
+    if (g.value(out).proto.requires_grad) grads[static_cast<size_t>(out)] = dense_like(g.value(out).proto);
+  for (NodeId n = static_cast<NodeId>(g.nodes.size()); n-- > 0;) {
+    Node& node = g.node(n);
+    bool any_grad = false;
+    for (ValueId out : node.outputs) any_grad |= grads[static_cast<size_t>(out)].has_value();
+    if (!any_grad) continue;
+    const OpDef& def = ops.get(node.op);
+    const ErrorContext ctx = g.context(n, "meta");
+    BackwardContext bctx{g, node, ctx, input_protos(g, node), node.saved, {}};
+    for (ValueId out : node.outputs) {
+      const auto& grad = grads[static_cast<size_t>(out)];
+      bctx.grad_outputs.push_back(grad ? *grad : dense_like(g.value(out).proto));
+    }
+    BackwardResult result = with_context(ctx, [&] { return def.infer_backward(bctx); });
+    TEC_INTERNAL_CHECK(result.grad_inputs.size() == node.inputs.size(), ctx) << "infer_backward: wrong grad count";
+    for (const auto& read : result.reads)
+      TEC_INTERNAL_CHECK(read.saved_index >= 0 && static_cast<size_t>(read.saved_index) < node.saved.size(), ctx)
+          << "infer_backward reads saved tensor " << read.saved_index << " of " << node.saved.size();
+    node.backward = BackwardInfo{std::move(result.reads), std::move(result.workspaces)};
+    for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+      const Value& in = g.value(node.inputs[slot]);
+      if (!result.grad_inputs[slot] || !in.proto.requires_grad) continue;
+      auto& acc = grads[static_cast<size_t>(node.inputs[slot])];
+      if (acc)  // several readers: their gradients are summed into one buffer
+        TEC_INTERNAL_CHECK(acc->shape == result.grad_inputs[slot]->shape, ctx) << "gradient shapes differ";
+      else
+        acc = result.grad_inputs[slot];
+    }
+  }
+  for (size_t i = 0; i < g.values.size(); ++i) g.values[i].grad = grads[i];
+}
+
+}  // namespace
+
+Graph meta(Graph graph) {
+  run_forward(graph);
+  if (graph.mode == Mode::train) run_backward(graph);
+  return graph;
+}
+
+}  // namespace tec
