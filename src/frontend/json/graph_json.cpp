@@ -194,10 +194,10 @@ std::vector<size_t> topological_order(const json& ops, const Where& at, const st
   std::function<void(size_t)> visit = [&](size_t i) {
     if (state[i] == 2) return;
     if (state[i] == 1) {
+      // The stack holds dependencies; walk it backwards to print the cycle in data-flow order.
       auto from = std::find(stack.begin(), stack.end(), i);
-      std::string path;
-      for (auto it = from; it != stack.end(); ++it) path += ops[*it]["name"].get<std::string>() + " -> ";
-      path += ops[i]["name"].get<std::string>();
+      std::string path = ops[i]["name"].get<std::string>();
+      for (auto it = stack.end(); it != from;) path += " -> " + ops[*--it]["name"].get<std::string>();
       TEC_USER_ERROR((at / i).context(ops[i]["name"].get<std::string>(), ops[i]["op"].get<std::string>()))
           << "the graph has a cycle: " << path;
     }

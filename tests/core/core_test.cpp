@@ -1,0 +1,61 @@
+// src/core: dtypes, shapes with overflow checks, and errors that carry their context.
+#include <doctest/doctest.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+#include "test_util.h"
+
+namespace tec {
+
+TEST_CASE("every dtype's name parses back to it") {
+  for (int i = 0; i < kDTypeCount; ++i) {
+    const auto d = static_cast<DType>(i);
+    CHECK(parse_dtype(to_string(d)) == d);
+  }
+  CHECK_FALSE(parse_dtype("float8").has_value());
+  CHECK(storage_bytes(DType::bf16) == 2);
+  CHECK(storage_bytes(DType::fp4_e2m1x2) == 1);
+  CHECK(max_finite(DType::fp8_e4m3) == 448.0f);
+  CHECK(max_finite(DType::fp8_e5m2) == 57344.0f);
+  CHECK(max_finite(DType::fp4_e2m1x2) == 6.0f);
+}
+
+TEST_CASE("shapes: [M, K] view, strides and overflow") {
+  const Shape s{4, 250, 4160};
+  CHECK(s.rows() == 1000);
+  CHECK(s.cols() == 4160);
+  CHECK(s.contiguous_strides() == std::vector<int64_t>{1040000, 4160, 1});
+  CHECK(s.last_dim_first() == Shape{4160, 4, 250});
+  CHECK(Shape{}.rows() == 1);
+  CHECK(Shape{}.numel() == 1);
+  const Shape huge{int64_t{1} << 31, int64_t{1} << 31, 4};
+  CHECK(test::error_of([&] { (void)huge.numel(); }).message().find("does not fit in 64 bits") != std::string::npos);
+  const Shape big{int64_t{1} << 21, int64_t{1} << 21};
+  CHECK(test::error_of([&] { (void)big.numel(); }).message().find("more than the limit") != std::string::npos);
+}
+
+TEST_CASE("errors name the stage, node, op and location, and map to exit codes") {
+  const Error e = test::error_of([] {
+    TEC_USER_CHECK(4100 % 16 == 0, (ErrorContext{"meta", "fc1", "linear", "graph.json /ops/1"}))
+        << "FP8 GEMM needs K divisible by 16, got K=" << 4100;
+  });
+  CHECK(std::string(e.what()) ==
+        "[meta] node 'fc1' (linear) at graph.json /ops/1: FP8 GEMM needs K divisible by 16, got K=4100");
+  CHECK(e.kind() == ErrorKind::invalid_input);
+  CHECK(exit_code(ErrorKind::usage) == 2);
+  CHECK(exit_code(ErrorKind::invalid_input) == 3);
+  CHECK(exit_code(ErrorKind::unsupported) == 4);
+  const Error internal = test::error_of([] { TEC_INTERNAL_CHECK(1 == 2, {}) << "detail"; });
+  CHECK(std::string(internal.what()).find("tec bug at") != std::string::npos);
+}
+
+TEST_CASE("with_context fills in the node for errors raised without one") {
+  const Error e = test::error_of([] {
+    with_context(ErrorContext{"usage", "ln", "layernorm", "graph.json /ops/0"}, [] { (void)Shape{-1, 2}.numel(); });
+  });
+  CHECK(e.context().node == "ln");
+  CHECK(std::string(e.what()).find("node 'ln' (layernorm)") != std::string::npos);
+}
+
+}  // namespace tec

@@ -1,0 +1,171 @@
+// Every op's fake forward, table-driven: {op, input shapes, attrs} -> output shape, what it
+// saves in train mode, and which saved tensors alias an input. The registry self-test checks
+// that every registered op has a case here.
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "ops/common.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+struct OpCase {
+  std::string op;
+  std::vector<std::string> input_shapes;  // JSON arrays
+  std::string attrs;                      // JSON object
+  Shape output;
+  std::vector<std::pair<std::string, int>> saved;  // name, aliased input slot (-1: new buffer)
+};
+
+const std::vector<OpCase>& op_cases() {
+  static const std::vector<OpCase> cases = {
+      {"linear", {"[32, 64]"}, R"({"in_features": 64, "out_features": 128})", {32, 128}, {{"input", 0}, {"weight", 1}}},
+      {"linear", {"[2, 16, 64]"}, R"({"in_features": 64, "out_features": 32, "bias": false})", {2, 16, 32},
+       {{"input", 0}, {"weight", 1}}},
+      {"bias", {"[32, 64]"}, R"({"features": 64})", {32, 64}, {}},
+      {"gelu", {"[32, 64]"}, R"({"approximate": "tanh"})", {32, 64}, {{"input", 0}}},
+      {"gelu", {"[32, 64]"}, R"({"approximate": "none"})", {32, 64}, {{"input", 0}}},
+      {"relu", {"[32, 64]"}, "{}", {32, 64}, {{"input", 0}}},
+      {"silu", {"[32, 64]"}, "{}", {32, 64}, {{"input", 0}}},
+      {"swiglu", {"[32, 128]"}, "{}", {32, 64}, {{"input", 0}}},
+      {"geglu", {"[4, 8, 128]"}, "{}", {4, 8, 64}, {{"input", 0}}},
+      {"layernorm", {"[32, 64]"}, R"({"hidden": 64})", {32, 64}, {{"input", 0}, {"gamma", 1}, {"mean", -1}, {"rsigma", -1}}},
+      {"rmsnorm", {"[32, 64]"}, R"({"hidden": 64, "eps": 1e-6})", {32, 64}, {{"input", 0}, {"gamma", 1}, {"rsigma", -1}}},
+      {"add", {"[32, 64]", "[32, 64]"}, "{}", {32, 64}, {}},
+      {"scale", {"[32, 64]"}, R"({"scale": 0.5})", {32, 64}, {}},
+      {"l2norm", {"[32, 64]"}, "{}", {32, 64}, {{"input", 0}, {"rnorm", -1}}},
+      {"dropout", {"[32, 64]"}, R"({"p": 0.1})", {32, 64}, {{"mask", -1}}},
+      {"quantize", {"[32, 64]"}, R"({"recipe": "fp8-current"})", {32, 64}, {}},
+      {"dequantize", {"[32, 64]"}, "{}", {32, 64}, {}},  // fed by a quantize, see one_op_graph
+      {"reshape", {"[32, 64]"}, R"({"shape": [-1, 32]})", {64, 32}, {}},
+      {"identity", {"[32, 64]"}, "{}", {32, 64}, {}},
+  };
+  return cases;
+}
+
+std::string nlohmann_shape(const Shape& s) { return s.str(); }  // "[64, 256]" is valid JSON
+
+std::string case_name(const OpCase& c) {
+  std::string shapes;
+  for (const auto& s : c.input_shapes) shapes += s;
+  return c.op + "(in=" + shapes + ", attrs=" + c.attrs + ")";
+}
+
+// A graph with the op under test fed by graph inputs (dequantize gets a quantize first).
+std::string one_op_graph(const OpCase& c, bool inputs_require_grad) {
+  std::string inputs, names;
+  for (size_t i = 0; i < c.input_shapes.size(); ++i) {
+    inputs += (i ? "," : "") + std::string(R"({"name": "in)") + std::to_string(i) + R"(", "shape": )" +
+              c.input_shapes[i] + R"(, "requires_grad": )" + (inputs_require_grad ? "true" : "false") + "}";
+    names += (i ? "," : "") + std::string("\"in") + std::to_string(i) + "\"";
+  }
+  std::string ops;
+  if (c.op == "dequantize") {
+    ops = R"({"name": "q", "op": "quantize", "inputs": ["in0"], "attrs": {"recipe": "fp8-current"}},)";
+    names = "\"q\"";
+  }
+  ops += R"({"name": "op", "op": ")" + c.op + R"(", "inputs": [)" + names + R"(], "attrs": )" + c.attrs + "}";
+  return R"({"inputs": [)" + inputs + R"(], "ops": [)" + ops + R"(], "outputs": ["op"]})";
+}
+
+}  // namespace
+
+TEST_CASE("every op's fake forward in infer mode: output shape, nothing saved") {
+  for (const OpCase& c : op_cases()) {
+    CAPTURE(case_name(c));
+    auto graphs = test::compile_text(one_op_graph(c, false));
+    const Node& node = test::node_named(graphs.at(0), "op");
+    CHECK(test::value_named(graphs.at(0), "op").proto.shape == c.output);
+    CHECK(node.saved.empty());
+    CHECK_FALSE(node.backward.has_value());
+  }
+}
+
+TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, and the backward") {
+  for (const OpCase& c : op_cases()) {
+    CAPTURE(case_name(c));
+    FrontendOptions train;
+    train.mode = Mode::train;
+    auto graphs = test::compile_text(one_op_graph(c, true), train);
+    const Node& node = test::node_named(graphs.at(0), "op");
+    REQUIRE(node.saved.size() == c.saved.size());
+    for (size_t i = 0; i < c.saved.size(); ++i) {
+      CHECK(node.saved[i].name == c.saved[i].first);
+      CHECK(node.saved[i].aliases_input == c.saved[i].second);
+    }
+    REQUIRE(node.backward.has_value());
+    CHECK(test::value_named(graphs.at(0), "in0").grad.has_value());
+  }
+}
+
+TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
+  std::set<std::string> tested;
+  for (const auto& c : op_cases()) tested.insert(c.op);
+  for (const OpDef* def : builtin_ops().all()) {
+    CAPTURE(def->name);
+    CHECK(static_cast<bool>(def->infer));
+    CHECK(static_cast<bool>(def->infer_backward));
+    CHECK_FALSE(def->summary.empty());
+    CHECK(def->min_inputs <= def->max_inputs);
+    CHECK(tested.count(def->name) == 1);
+  }
+  // The op list of ARCHITECTURE.md §4 that the foundation covers; a tripwire for README's table.
+  CHECK(builtin_ops().all().size() == 17);
+}
+
+TEST_CASE("linear: tensor-parallel shape effects for tp=2 and tp=4") {
+  struct TpCase {
+    std::string mode;
+    int tp;
+    bool sp;
+    Shape input, weight, output;
+  };
+  // Global in_features=256, out_features=512; inputs are this rank's local tensors.
+  const std::vector<TpCase> cases = {
+      {"column", 2, false, {64, 256}, {256, 256}, {64, 256}},
+      {"column", 4, false, {64, 256}, {128, 256}, {64, 128}},
+      {"column", 2, true, {64, 256}, {256, 256}, {128, 256}},  // gathered: 64 x 2 tokens
+      {"column", 4, true, {64, 256}, {128, 256}, {256, 128}},  // gathered: 64 x 4 tokens
+      {"row", 2, false, {64, 128}, {512, 128}, {64, 512}},
+      {"row", 4, false, {64, 64}, {512, 64}, {64, 512}},
+      {"row", 2, true, {64, 128}, {512, 128}, {32, 512}},      // scattered: 64 / 2 tokens
+      {"row", 4, true, {64, 64}, {512, 64}, {16, 512}},        // scattered: 64 / 4 tokens
+  };
+  for (const auto& c : cases) {
+    CAPTURE(c.mode);
+    CAPTURE(c.tp);
+    CAPTURE(c.sp);
+    const std::string text = R"({"inputs": [{"name": "x", "shape": )" + nlohmann_shape(c.input) +
+                             R"(}], "ops": [{"name": "fc", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 512, "tp_mode": ")" +
+                             c.mode + R"(", "tp_size": )" + std::to_string(c.tp) + R"(, "sequence_parallel": )" +
+                             (c.sp ? "true" : "false") + R"(}}], "outputs": ["fc"]})";
+    for (auto recipe : {RecipeKind::bf16, RecipeKind::fp8_current}) {
+      auto graphs = test::compile_text(text, test::with_recipe(recipe));
+      const Graph& g = graphs.at(0);
+      CHECK(test::value_named(g, "fc.weight").proto.shape == c.weight);
+      CHECK(test::value_named(g, "fc").proto.shape == c.output);
+      const Node& fc = test::node_named(g, "fc");
+      if (c.sp && c.mode == "column") {
+        REQUIRE(fc.workspaces.size() == 1);
+        CHECK(fc.workspaces[0].proto.shape == Shape{c.input[0] * c.tp, c.input[1]});
+      } else {
+        CHECK(fc.workspaces.empty());
+      }
+    }
+  }
+}
+
+TEST_CASE("linear: row-parallel sequence parallel needs the tokens divisible by tp") {
+  const std::string text =
+      R"({"inputs": [{"name": "x", "shape": [30, 128]}], "ops": [{"name": "fc", "op": "linear", "inputs": ["x"],
+          "attrs": {"in_features": 512, "out_features": 64, "tp_mode": "row", "tp_size": 4, "sequence_parallel": true}}],
+          "outputs": ["fc"]})";
+  const Error e = test::error_of([&] { (void)test::compile_text(text); });
+  CHECK(e.context().node == "fc");
+  CHECK(e.message().find("leading dim 30 divisible by tp_size 4") != std::string::npos);
+}
+
+}  // namespace tec
