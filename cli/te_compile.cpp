@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler.h"
+#include "tec/version.h"
 #include "passes/passes.h"
 
 namespace {
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
                "Runs the frontend, then the passes apply_recipe, meta and usage, and prints what every\n"
                "buffer will cost. Progress goes to stderr."};
   app.footer(kFooter);
+  app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir;
   std::vector<std::string> shapes, profiles, archs{"sm_90"};
   bool tune = false, time_passes = false, quiet = false;

@@ -1,0 +1,41 @@
+"""The JSON schema documents what the frontend accepts: every example must validate, and a
+few malformed graphs must not (so that the schema cannot silently accept anything)."""
+import json
+import pathlib
+import sys
+
+import jsonschema
+
+root = pathlib.Path(sys.argv[1])
+schema = json.loads((root / "schemas/graph.schema.json").read_text())
+validator = jsonschema.Draft202012Validator(schema)
+jsonschema.Draft202012Validator.check_schema(schema)
+
+passed = failed = 0
+def expect(name, ok):
+    global passed, failed
+    print(("ok   " if ok else "FAIL ") + name)
+    passed += ok
+    failed += not ok
+
+examples = sorted((root / "examples").glob("*.json"))
+assert examples, "no examples found"
+for path in examples:
+    errors = list(validator.iter_errors(json.loads(path.read_text())))
+    expect(f"{path.name} validates", not errors)
+    for e in errors:
+        print("     ", "/".join(map(str, e.absolute_path)), e.message)
+
+good = json.loads((root / "examples/mlp_tiny.json").read_text())
+for name, mutate in [
+    ("unknown op is rejected", lambda g: g["ops"][0].update(op="lineer")),
+    ("unknown recipe is rejected", lambda g: g.update(recipe="fp9")),
+    ("negative dim is rejected", lambda g: g["dims"].update(T=[-5])),
+    ("unknown field is rejected", lambda g: g.update(recipie="bf16")),
+]:
+    g = json.loads(json.dumps(good))
+    mutate(g)
+    expect(name, not validator.is_valid(g))
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
