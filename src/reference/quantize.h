@@ -1,0 +1,49 @@
+// Reference quantization for every recipe, writing buffers laid out exactly as
+// TensorProto::buffers() lists them (LAYOUTS.md §1-4). The GPU kernels must match these
+// bytes; the compiler uses them to pre-quantize weights.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "ir/tensor_proto.h"
+
+namespace tec::reference {
+
+// LAYOUTS.md §1.6: scale = fp8_max / amax with TE's edge cases. `overflow_value` replaces a
+// +inf quotient (FLT_MAX for per-tensor; the input dtype's max for block scaling, §3.2).
+float scale_from_amax(float amax, float fp8_max, bool force_pow2, float amax_epsilon, float overflow_value);
+
+// LAYOUTS.md §1.5: one delayed-scaling update of one tensor's history column and scale.
+// history[0] holds the amax staged by the last cast.
+void delayed_scaling_update(std::span<float> amax_history, float& scale, float fp8_max, int margin, AmaxAlgo algo);
+
+// Per-call inputs of stateful quantizers.
+struct QuantizeState {
+  float delayed_scale = 1.0f;    // fp8_delayed: the scale to cast with
+  float* delayed_amax = nullptr;  // fp8_delayed: amax_history[0], max-merged with max|x|
+};
+
+using BufferMap = std::map<BufferRole, std::span<uint8_t>>;
+
+// Quantizes x ([M, K] row-major, values of the tensor's nominal dtype) into `out`, one span
+// per buffer of proto.buffers(target), each of exactly that buffer's size. Padding is zeroed.
+void quantize(const TensorProto& proto, std::span<const float> x, const BufferMap& out, const Target& target = {},
+              QuantizeState state = {});
+
+// The [M, K] values a quantized tensor decodes to, from its rowwise copy, or from its
+// columnwise copy (returned in [M, K] order too).
+std::vector<float> dequantize(const TensorProto& proto, const BufferMap& in, bool columnwise = false,
+                              const Target& target = {});
+
+// Owns buffers for one quantized tensor, sized from proto.buffers(); for tests and tools.
+struct QuantizedTensor {
+  TensorProto proto;
+  std::map<BufferRole, std::vector<uint8_t>> storage;
+  explicit QuantizedTensor(TensorProto p, const Target& target = {});
+  BufferMap spans();
+};
+
+}  // namespace tec::reference
