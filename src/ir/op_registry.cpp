@@ -17,7 +17,8 @@ std::string_view to_string(AttrType type) {
 }
 
 void OpRegistry::add(OpDef def) {
-  TEC_INTERNAL_CHECK(def.infer && def.infer_backward, {}) << "op '" << def.name << "' lacks infer or infer_backward";
+  TEC_INTERNAL_CHECK(def.infer && def.infer_backward && def.reference, {})
+      << "op '" << def.name << "' lacks infer, infer_backward or reference";
   TEC_INTERNAL_CHECK(!ops_.count(def.name), {}) << "op '" << def.name << "' registered twice";
   std::string name = def.name;
   ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));

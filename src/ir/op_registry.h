@@ -68,6 +68,14 @@ struct BackwardResult {
   std::vector<Workspace> workspaces;
 };
 
+// A tensor's values on the host, as float, in row-major order: what the CPU reference of
+// an op reads and writes. Quantized inputs arrive dequantized; outputs are rounded or
+// quantized by the executor when they are stored.
+struct HostTensor {
+  Shape shape;
+  std::vector<float> values;
+};
+
 struct OpDef {
   std::string name;
   std::string summary;
@@ -84,6 +92,9 @@ struct OpDef {
   std::function<InferResult(const InferContext&)> infer;
   // The fake backward: gradient protos, and which saved tensors it reads with which usage.
   std::function<BackwardResult(const BackwardContext&)> infer_backward;
+  // The CPU reference of the forward, in float (accumulating in fp32), used by the
+  // reference executor. Inputs: activations, then params, as in the node.
+  std::function<std::vector<HostTensor>(const Attributes&, const std::vector<HostTensor>&)> reference;
 };
 
 class OpRegistry {

@@ -1,10 +1,50 @@
 // Activations: gelu (tanh and erf), relu, silu, and the gated swiglu/geglu that split the
 // last dim in half (TE's SwiGLU/GEGLU: act(first half) * second half). Each saves its input.
+#include <cmath>
+
 #include "ops/common.h"
 
 namespace tec {
 
 namespace {
+
+using Activation = float (*)(float);
+
+float gelu_tanh(float x) {
+  const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); }
+float relu(float x) { return x > 0.0f ? x : 0.0f; }
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+
+// The elementwise function of an activation op, by name and attributes.
+Activation activation_function(const std::string& op, const Attributes& attrs) {
+  if (op == "gelu") return attrs.get_string("approximate", "tanh") == "tanh" ? gelu_tanh : gelu_erf;
+  if (op == "relu") return relu;
+  if (op == "silu" || op == "swiglu") return silu;
+  return gelu_tanh;  // geglu
+}
+
+std::vector<HostTensor> reference_unary(const std::string& op, const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const Activation f = activation_function(op, attrs);
+  HostTensor out = in[0];
+  for (float& v : out.values) v = f(v);
+  return {std::move(out)};
+}
+
+// act(x[..., :n]) * x[..., n:]
+std::vector<HostTensor> reference_gated(const std::string& op, const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const Activation f = activation_function(op, attrs);
+  const HostTensor& x = in[0];
+  const int64_t m = x.shape.rows(), n = x.shape.cols() / 2;
+  HostTensor out{x.shape.with_last(n), std::vector<float>(static_cast<size_t>(m * n))};
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j)
+      out.values[static_cast<size_t>(r * n + j)] =
+          f(x.values[static_cast<size_t>(r * 2 * n + j)]) * x.values[static_cast<size_t>(r * 2 * n + n + j)];
+  return {std::move(out)};
+}
 
 InferResult infer_unary(const InferContext& ctx) {
   require_high_precision(ctx, 0);
@@ -26,12 +66,16 @@ InferResult infer_gated(const InferContext& ctx) {
 }
 
 OpDef activation(std::string name, std::string summary, bool gated, std::vector<AttrSpec> attrs = {}) {
+  const std::string op = name;
   return OpDef{
       .name = std::move(name),
       .summary = std::move(summary),
       .attrs = std::move(attrs),
       .infer = gated ? infer_gated : infer_unary,
       .infer_backward = passthrough_backward,
+      .reference = [op, gated](const Attributes& a, const std::vector<HostTensor>& in) {
+        return gated ? reference_gated(op, a, in) : reference_unary(op, a, in);
+      },
   };
 }
 

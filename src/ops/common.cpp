@@ -36,6 +36,8 @@ std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx) 
   return reads;
 }
 
+std::vector<HostTensor> identity_reference(const Attributes&, const std::vector<HostTensor>& in) { return {in.at(0)}; }
+
 BackwardResult passthrough_backward(const BackwardContext& ctx) {
   return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}};
 }

@@ -26,6 +26,9 @@ SavedTensor save_input(const InferContext& ctx, int slot, std::string name);
 std::vector<std::optional<TensorProto>> grads_like_inputs(const BackwardContext& ctx);
 // Reads of every saved tensor with rowwise usage (elementwise backward kernels).
 std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx);
+// The forward reference of ops that move no values (identity, reshape, casts: the executor
+// dequantizes inputs and quantizes outputs).
+std::vector<HostTensor> identity_reference(const Attributes& attrs, const std::vector<HostTensor>& in);
 // The backward of an op that saves nothing and passes or rescales the gradient.
 BackwardResult passthrough_backward(const BackwardContext& ctx);
 

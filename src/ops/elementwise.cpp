@@ -1,4 +1,6 @@
 // Elementwise ops: add (residual), bias, scale (TE's ConstantScale), l2norm, dropout.
+#include <cmath>
+
 #include "ops/common.h"
 
 namespace tec {
@@ -42,6 +44,39 @@ InferResult infer_dropout(const InferContext& ctx) {
   return InferResult{{dense_like(x)}, {{"mask", TensorProto::dense(x.shape, DType::uint8), -1}}, {}};
 }
 
+std::vector<HostTensor> reference_add(const Attributes&, const std::vector<HostTensor>& in) {
+  HostTensor out = in[0];
+  for (size_t i = 0; i < out.values.size(); ++i) out.values[i] += in[1].values[i];
+  return {std::move(out)};
+}
+
+std::vector<HostTensor> reference_bias(const Attributes&, const std::vector<HostTensor>& in) {
+  HostTensor out = in[0];
+  const size_t k = in[1].values.size();
+  for (size_t i = 0; i < out.values.size(); ++i) out.values[i] += in[1].values[i % k];
+  return {std::move(out)};
+}
+
+std::vector<HostTensor> reference_scale(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  HostTensor out = in[0];
+  const auto s = static_cast<float>(attrs.get_float("scale", 1.0));
+  for (float& v : out.values) v *= s;
+  return {std::move(out)};
+}
+
+std::vector<HostTensor> reference_l2norm(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  HostTensor out = in[0];
+  const int64_t m = out.shape.rows(), k = out.shape.cols();
+  const auto eps = static_cast<float>(attrs.get_float("eps", 1e-6));
+  for (int64_t r = 0; r < m; ++r) {
+    float sum = 0.0f;
+    for (int64_t i = 0; i < k; ++i) sum += out.values[static_cast<size_t>(r * k + i)] * out.values[static_cast<size_t>(r * k + i)];
+    const float rnorm = 1.0f / std::sqrt(sum + eps);
+    for (int64_t i = 0; i < k; ++i) out.values[static_cast<size_t>(r * k + i)] *= rnorm;
+  }
+  return {std::move(out)};
+}
+
 }  // namespace
 
 void register_elementwise_ops(OpRegistry& registry) {
@@ -52,6 +87,7 @@ void register_elementwise_ops(OpRegistry& registry) {
       .max_inputs = 2,
       .infer = infer_add,
       .infer_backward = passthrough_backward,
+      .reference = reference_add,
   });
   registry.add(OpDef{
       .name = "bias",
@@ -66,6 +102,7 @@ void register_elementwise_ops(OpRegistry& registry) {
       },
       .infer = infer_bias,
       .infer_backward = passthrough_backward,
+      .reference = reference_bias,
   });
   registry.add(OpDef{
       .name = "scale",
@@ -73,6 +110,7 @@ void register_elementwise_ops(OpRegistry& registry) {
       .attrs = {{"scale", AttrType::float_, std::nullopt, {}, "the factor"}},
       .infer = infer_same_shape,
       .infer_backward = passthrough_backward,
+      .reference = reference_scale,
   });
   registry.add(OpDef{
       .name = "l2norm",
@@ -80,6 +118,7 @@ void register_elementwise_ops(OpRegistry& registry) {
       .attrs = {{"eps", AttrType::float_, AttrValue{1e-6}, {}, "added to the sum of squares"}},
       .infer = infer_l2norm,
       .infer_backward = passthrough_backward,
+      .reference = reference_l2norm,
   });
   registry.add(OpDef{
       .name = "dropout",
@@ -93,6 +132,8 @@ void register_elementwise_ops(OpRegistry& registry) {
           },
       .infer = infer_dropout,
       .infer_backward = passthrough_backward,
+      // Inference: dropout is the identity. Training plans (which would draw the mask) are planned.
+      .reference = identity_reference,
   });
 }
 

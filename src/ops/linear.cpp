@@ -109,6 +109,27 @@ BackwardResult infer_linear_backward(const BackwardContext& ctx) {
   return result;
 }
 
+// y = x W^T + b on the dequantized operands, accumulating in fp32 along K.
+std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const LinearConfig c(attrs);
+  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
+      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
+  const HostTensor& x = in[0];
+  const HostTensor& w = in[1];
+  const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
+  HostTensor y{x.shape.with_last(n), std::vector<float>(static_cast<size_t>(m * n))};
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      float acc = 0.0f;
+      const float* xr = &x.values[static_cast<size_t>(r * k)];
+      const float* wj = &w.values[static_cast<size_t>(j * k)];
+      for (int64_t i = 0; i < k; ++i) acc += xr[i] * wj[i];
+      if (c.bias) acc += in[2].values[static_cast<size_t>(j)];
+      y.values[static_cast<size_t>(r * n + j)] = acc;
+    }
+  return {std::move(y)};
+}
+
 }  // namespace
 
 void register_linear_ops(OpRegistry& registry) {
@@ -133,6 +154,7 @@ void register_linear_ops(OpRegistry& registry) {
       .gemm_operands = [](const Node&) { return std::vector<GemmOperand>{{0, TensorRole::input}, {1, TensorRole::weight}}; },
       .infer = infer_linear,
       .infer_backward = infer_linear_backward,
+      .reference = reference_linear,
   });
 }
 

@@ -1,5 +1,7 @@
 // layernorm and rmsnorm over the last dim. Both save their input and gamma (aliases, no new
 // buffer) plus per-row FP32 statistics for the backward.
+#include <cmath>
+
 #include "ops/common.h"
 
 namespace tec {
@@ -42,6 +44,32 @@ InferResult infer_norm(const InferContext& ctx, bool layernorm) {
   return r;
 }
 
+// Row statistics in fp32, as the GPU kernels compute them.
+std::vector<HostTensor> reference_norm(const Attributes& attrs, const std::vector<HostTensor>& in, bool layernorm) {
+  const HostTensor& x = in[0];
+  const int64_t m = x.shape.rows(), k = x.shape.cols();
+  const auto eps = static_cast<float>(attrs.get_float("eps", 1e-5));
+  const float gamma_offset = attrs.get_bool("zero_centered_gamma", false) ? 1.0f : 0.0f;
+  HostTensor y{x.shape, std::vector<float>(x.values.size())};
+  for (int64_t r = 0; r < m; ++r) {
+    const float* row = &x.values[static_cast<size_t>(r * k)];
+    float mean = 0.0f;
+    if (layernorm) {
+      for (int64_t i = 0; i < k; ++i) mean += row[i];
+      mean /= static_cast<float>(k);
+    }
+    float var = 0.0f;
+    for (int64_t i = 0; i < k; ++i) var += (row[i] - mean) * (row[i] - mean);
+    const float rsigma = 1.0f / std::sqrt(var / static_cast<float>(k) + eps);
+    for (int64_t i = 0; i < k; ++i) {
+      float v = (row[i] - mean) * rsigma * (in[1].values[static_cast<size_t>(i)] + gamma_offset);
+      if (layernorm) v += in[2].values[static_cast<size_t>(i)];
+      y.values[static_cast<size_t>(r * k + i)] = v;
+    }
+  }
+  return {std::move(y)};
+}
+
 }  // namespace
 
 void register_norm_ops(OpRegistry& registry) {
@@ -53,6 +81,7 @@ void register_norm_ops(OpRegistry& registry) {
       .params = [](const Attributes& a, DType d) { return norm_params(a, d, true); },
       .infer = [](const InferContext& ctx) { return infer_norm(ctx, true); },
       .infer_backward = passthrough_backward,
+      .reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return reference_norm(a, in, true); },
   });
   registry.add(OpDef{
       .name = "rmsnorm",
@@ -62,6 +91,7 @@ void register_norm_ops(OpRegistry& registry) {
       .params = [](const Attributes& a, DType d) { return norm_params(a, d, false); },
       .infer = [](const InferContext& ctx) { return infer_norm(ctx, false); },
       .infer_backward = passthrough_backward,
+      .reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return reference_norm(a, in, false); },
   });
 }
 

@@ -44,6 +44,7 @@ void register_quantize_ops(OpRegistry& registry) {
                  "a recipe for this cast only; empty: the graph's recipe"}},
       .infer = infer_quantize,
       .infer_backward = passthrough_backward,
+      .reference = identity_reference,
   });
   registry.add(OpDef{
       .name = "dequantize",
@@ -51,6 +52,7 @@ void register_quantize_ops(OpRegistry& registry) {
       .attrs = {{"dtype", AttrType::string_, AttrValue{std::string("bf16")}, {"bf16", "fp16", "fp32"}, "output dtype"}},
       .infer = infer_dequantize,
       .infer_backward = passthrough_backward,
+      .reference = identity_reference,
   });
 }
 

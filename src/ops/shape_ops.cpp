@@ -47,12 +47,15 @@ void register_shape_ops(OpRegistry& registry) {
       .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the new shape; dims may name graph dims"}},
       .infer = infer_reshape,
       .infer_backward = passthrough_backward,
+      // Values are unchanged; the executor gives the output its planned shape.
+      .reference = identity_reference,
   });
   registry.add(OpDef{
       .name = "identity",
       .summary = "y = x",
       .infer = [](const InferContext& ctx) { return InferResult{{ctx.inputs[0]}, {}, {}}; },
       .infer_backward = passthrough_backward,
+      .reference = identity_reference,
   });
 }
 
