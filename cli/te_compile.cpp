@@ -6,6 +6,9 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler.h"
+#include "passes/memory_plan.h"
+#include "plan/file.h"
+#include "plan/format.h"
 #include "tec/version.h"
 #include "passes/passes.h"
 
@@ -22,8 +25,8 @@ Exit codes:
   0 success            2 usage error          3 invalid model
   4 unsupported        5 compile failure      6 I/O error        70 internal error (a tec bug)
 
-Not implemented yet (they fail with exit code 4 when used): -o/--output (plan files),
---report, --tune, --cache-dir. See README.md, "Status".)";
+Not implemented yet (they fail with exit code 4 when used): --mode train with -o (needs the
+autodiff pass), --tune, --cache-dir. See README.md, "Status".)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];
@@ -88,33 +91,80 @@ int parse_arch(const std::string& arch) {
 
 [[noreturn]] void not_implemented(const std::string& option) {
   throw tec::Error(ErrorKind::unsupported, {},
-                   option + " is not implemented yet: plan files, reports and tuning arrive with the plan and GPU "
-                            "backend work (README.md, \"Status\"). Use --dump-after meta to inspect the model today.");
+                   option + " is not implemented yet: kernel code generation and GEMM tuning arrive with the GPU "
+                            "backend (README.md, \"Status\")");
+}
+
+void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
+  const auto& m = p.memory;
+  std::fprintf(out, "  %-14s %zu steps, arena %s (scratch peak %s vs %s if nothing shared)\n", profile_name(p.graph).c_str(),
+               p.schedule.steps.size(), human_bytes(m.arena_bytes).c_str(), human_bytes(m.scratch_peak_bytes).c_str(),
+               human_bytes(m.scratch_naive_bytes).c_str());
+  for (size_t i = 0; i < p.schedule.steps.size(); ++i) {
+    const auto& s = p.schedule.steps[i];
+    std::fprintf(out, "    step %zu %-6s %s\n", i, std::string(to_string(s.kind)).c_str(), s.name.c_str());
+    for (const auto& f : s.fusions) std::fprintf(out, "           - %s\n", f.c_str());
+  }
+}
+
+nlohmann::json dump_after_pass(const tec::CompileResult& result, const std::string& pass) {
+  nlohmann::json profiles = nlohmann::json::array();
+  if (pass == "plan") return result.plan->manifest;
+  for (const auto& p : result.profiles) {
+    if (pass == "fusion" || pass == "schedule")
+      profiles.push_back(tec::dump_schedule(p.graph, p.schedule));
+    else if (pass == "memory_plan")
+      profiles.push_back(tec::dump_memory_plan(p.memory));
+    else
+      profiles.push_back(tec::dump_graph(p.graph, pass));
+  }
+  return {{"after", pass}, {"profiles", profiles}};
+}
+
+nlohmann::json report_of(const tec::CompileResult& result, const std::string& model) {
+  nlohmann::json profiles = nlohmann::json::array();
+  for (const auto& p : result.profiles) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : p.schedule.steps) steps.push_back({{"name", s.name}, {"kind", to_string(s.kind)}, {"fusions", s.fusions}});
+    profiles.push_back({{"dims", p.graph.dims},
+                        {"steps", steps},
+                        {"arena_bytes", p.memory.arena_bytes},
+                        {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
+                        {"scratch_naive_bytes", p.memory.scratch_naive_bytes},
+                        {"constant_bytes", p.memory.constant_bytes}});
+  }
+  nlohmann::json timings = nlohmann::json::object();
+  for (const auto& t : result.timings) timings[t.pass] = t.milliseconds;
+  return {{"model", model}, {"profiles", profiles}, {"timings_ms", timings}};
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"te-compile: compile a TransformerEngine-style layer (JSON graph) into a tec plan.\n"
-               "Runs the frontend, then the passes apply_recipe, meta and usage, and prints what every\n"
-               "buffer will cost. Progress goes to stderr."};
+               "Runs the frontend, the passes apply_recipe, meta, usage, fusion, schedule and memory_plan,\n"
+               "and writes a .teplan with every weight pre-quantized. Progress goes to stderr."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
-  std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir;
-  std::vector<std::string> shapes, profiles, archs{"sm_90"};
+  std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
+  std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
   bool tune = false, time_passes = false, quiet = false;
   app.add_option("MODEL", model, "JSON graph (schemas/graph.schema.json)")->required();
-  app.add_option("-o,--output", output, "plan file to write (not implemented yet)");
+  app.add_option("-o,--output", output, "plan file to write (.teplan), through a temporary file and a rename; "
+                                        "'-' or /dev/stdout writes to stdout");
   app.add_option("--recipe", recipe, "bf16 | fp8-current | fp8-delayed | fp8-block | mxfp8 | nvfp4 (replaces the model's)");
   app.add_option("--shape", shapes, "fix a dim: DIM=SIZE, e.g. T=2048 (repeatable); selects one profile");
   app.add_option("--profiles", profiles, "replace a dim's profile list: DIM=S1,S2,..., e.g. T=16,128,2048");
-  app.add_option("--mode", mode, "infer: forward only; train: forward + backward (saved tensors, gradients)")
+  app.add_option("--mode", mode, "infer: forward only; train: forward + backward layout (saved tensors, gradients)")
       ->check(CLI::IsMember({"infer", "train"}));
   app.add_option("--arch", archs, "target GPU arch, e.g. sm_90 (repeatable; layouts follow the first)");
-  app.add_option("--dump-after", dump_after, "print the graph as JSON after this pass and stop: frontend | "
-                                             "apply_recipe | meta | usage")
+  app.add_option("--dump-after", dump_after, "print JSON after this pass and stop: frontend | apply_recipe | meta | "
+                                             "usage | fusion | schedule | memory_plan | plan")
       ->check(CLI::IsMember(tec::kPassNames));
-  app.add_option("--report", report, "write a JSON compile report (not implemented yet)");
+  app.add_option("--disable-pass", disabled, "turn an optional pass off: fusion (one step per op)")
+      ->check(CLI::IsMember(tec::kOptionalPasses));
+  app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings");
+  app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
   app.add_flag("--tune", tune, "time GEMM algorithms on this machine's GPU (not implemented yet)");
   app.add_option("--cache-dir", cache_dir, "kernel cache folder (not implemented yet)");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
@@ -127,14 +177,12 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (!output.empty()) not_implemented("-o/--output");
-    if (!report.empty()) not_implemented("--report");
     if (tune) not_implemented("--tune");
     if (!cache_dir.empty()) not_implemented("--cache-dir");
 
     tec::CompileOptions options;
     options.model_path = model;
-    options.dump_after = dump_after;
+    options.disabled.insert(disabled.begin(), disabled.end());
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
@@ -150,28 +198,44 @@ int main(int argc, char** argv) {
       if (sizes.size() != 1) throw tec::Error(ErrorKind::usage, {}, "--shape takes one size per dim, use --profiles for lists");
       options.frontend.dim_overrides[dim] = sizes;
     }
+    // Without a file to write, stop before building the constants (quantizing every weight).
+    const bool writes = !output.empty() || !dot.empty();
+    options.dump_after = !dump_after.empty() ? dump_after : writes ? "" : "memory_plan";
+    options.record.tool = "te-compile " TEC_VERSION_STRING;
+    options.record.options = {{"recipe", recipe}, {"mode", mode},           {"arch", archs},
+                              {"shape", shapes},  {"profiles", profiles}, {"disable_pass", disabled}};
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());
     };
-    const tec::CompileResult result = tec::compile_graphs(options, progress);
+    const tec::CompileResult result = tec::compile(options, progress);
 
-    std::FILE* summary_out = stdout;
-    if (!dump_after.empty()) {
-      nlohmann::json dump{{"model", model}, {"profiles", nlohmann::json::array()}};
-      for (const auto& g : result.graphs) dump["profiles"].push_back(tec::dump_graph(g, dump_after));
-      std::cout << dump.dump(2) << "\n";
-      summary_out = stderr;  // keep stdout parseable
+    const bool plan_to_stdout = output == "-" || output == "/dev/stdout";
+    std::FILE* summary = (!dump_after.empty() || plan_to_stdout) ? stderr : stdout;
+    if (!dump_after.empty()) std::cout << dump_after_pass(result, dump_after).dump(2) << "\n";
+    if (result.plan && !output.empty()) {
+      const auto bytes = tec::plan::serialize_plan(result.plan->manifest, result.plan->blobs);
+      tec::plan::write_file_atomically(output, bytes);
+      if (!quiet) std::fprintf(stderr, "wrote %s (%s)\n", output.c_str(), human_bytes(static_cast<int64_t>(bytes.size())).c_str());
     }
-    if (!quiet || dump_after.empty()) {
-      const auto& g0 = result.graphs.at(0);
-      std::fprintf(summary_out, "%s: %s, recipe %s, mode %s, sm_%d, %zu profile(s)%s\n", model.c_str(),
-                   g0.name.c_str(), std::string(to_string(g0.recipe.kind)).c_str(),
-                   std::string(to_string(g0.mode)).c_str(), g0.target.sm, result.graphs.size(),
-                   dump_after.empty() ? "" : (", after " + dump_after).c_str());
-      for (const auto& g : result.graphs) print_summary(summary_out, g);
-      if (dump_after.empty())
-        std::fprintf(summary_out, "note: no plan written: plan files are not implemented yet (README.md, \"Status\")\n");
+    if (!dot.empty() && result.plan) {
+      const std::string text = tec::plan_to_dot(result.plan->manifest, 0);
+      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    }
+    if (!report.empty()) {
+      const std::string text = report_of(result, model).dump(2) + "\n";
+      tec::plan::write_file_atomically(report, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    }
+    if (!quiet) {
+      const auto& g0 = result.profiles.at(0).graph;
+      std::fprintf(summary, "%s: %s, recipe %s, mode %s, sm_%d, %zu profile(s)\n", model.c_str(), g0.name.c_str(),
+                   std::string(to_string(g0.recipe.kind)).c_str(), std::string(to_string(g0.mode)).c_str(), g0.target.sm,
+                   result.profiles.size());
+      for (const auto& p : result.profiles) {
+        print_summary(summary, p.graph);
+        if (!p.schedule.steps.empty()) print_plan_summary(summary, p);
+      }
+      if (dump_after.empty() && output.empty()) std::fprintf(summary, "no plan written (pass -o PLAN to write one)\n");
     }
     if (time_passes)
       for (const auto& t : result.timings) std::fprintf(stderr, "  %-14s %8.2f ms\n", t.pass.c_str(), t.milliseconds);

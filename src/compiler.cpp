@@ -1,24 +1,21 @@
 #include "compiler.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "passes/passes.h"
+#include "plan/file.h"
+#include "plan/format.h"
 
 namespace tec {
 
 namespace {
 
-// Runs one pass over every profile's graph, timing it.
 class PassRunner {
  public:
   PassRunner(CompileResult& result, const ProgressCallback& progress) : result_(result), progress_(progress) {}
 
-  void run(const std::string& name, Graph (*pass)(Graph)) {
-    step(name, [&] {
-      for (Graph& g : result_.graphs) g = pass(std::move(g));
-    });
-  }
-
+  // Runs `body` as one pipeline step, timed.
   template <typename F>
   void step(const std::string& name, F&& body) {
     ++step_;
@@ -27,6 +24,12 @@ class PassRunner {
     body();
     const std::chrono::duration<double, std::milli> elapsed = std::chrono::steady_clock::now() - start;
     result_.timings.push_back({name, elapsed.count()});
+  }
+  // A graph pass, over every profile.
+  void graph_pass(const std::string& name, Graph (*pass)(Graph)) {
+    step(name, [&] {
+      for (CompiledProfile& p : result_.profiles) p.graph = pass(std::move(p.graph));
+    });
   }
 
  private:
@@ -37,18 +40,43 @@ class PassRunner {
 
 }  // namespace
 
-CompileResult compile_graphs(const CompileOptions& options, const ProgressCallback& progress) {
+CompileResult compile(const CompileOptions& options, const ProgressCallback& progress) {
   CompileResult result;
-  PassRunner runner(result, progress);
+  PassRunner run(result, progress);
   auto stop_after = [&options](const std::string& pass) { return options.dump_after == pass; };
+  auto each = [&result](auto&& f) {
+    for (CompiledProfile& p : result.profiles) f(p);
+  };
 
-  runner.step("frontend", [&] { result.graphs = load_json_graphs(options.model_path, options.frontend); });
+  run.step("frontend", [&] {
+    for (Graph& g : load_json_graphs(options.model_path, options.frontend)) result.profiles.push_back({std::move(g), {}, {}});
+  });
   if (stop_after("frontend")) return result;
-  runner.run("apply_recipe", apply_recipe);
+  run.graph_pass("apply_recipe", apply_recipe);
   if (stop_after("apply_recipe")) return result;
-  runner.run("meta", meta);
+  run.graph_pass("meta", meta);
   if (stop_after("meta")) return result;
-  runner.run("usage", usage);
+  run.graph_pass("usage", usage);
+  if (stop_after("usage")) return result;
+  run.step("fusion", [&] {
+    each([&](CompiledProfile& p) { p.schedule = fusion(p.graph, {.enabled = !options.disabled.count("fusion")}); });
+  });
+  if (stop_after("fusion")) return result;
+  run.step("schedule", [&] { each([](CompiledProfile& p) { p.schedule = schedule(p.graph, std::move(p.schedule)); }); });
+  if (stop_after("schedule")) return result;
+  run.step("memory_plan", [&] { each([](CompiledProfile& p) { p.memory = memory_plan(p.graph, p.schedule); }); });
+  if (stop_after("memory_plan")) return result;
+  run.step("plan", [&] {
+    TEC_UNSUPPORTED_CHECK(result.profiles[0].graph.mode == Mode::infer, (ErrorContext{"plan", "", "", options.model_path}))
+        << "plans for --mode train need the autodiff pass, which is not implemented yet; use --mode infer, or "
+           "--dump-after usage to inspect the training layout";
+    BuildRecord record = options.record;
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx",
+                  static_cast<unsigned long long>(plan::checksum64(plan::read_whole_file(options.model_path))));
+    record.model_checksum = hex;
+    result.plan = build_plan(result.profiles, record);
+  });
   return result;
 }
 

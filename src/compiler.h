@@ -3,22 +3,28 @@
 #pragma once
 
 #include <functional>
-#include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "frontend/json/graph_json.h"
+#include "plan_builder.h"
 
 namespace tec {
 
-// The passes in pipeline order; --dump-after takes one of these names.
-inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta", "usage"};
+// The steps in pipeline order; --dump-after takes one of these names.
+inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta",        "usage",
+                                                    "fusion",   "schedule",     "memory_plan", "plan"};
+// Passes --disable-pass may turn off.
+inline const std::vector<std::string> kOptionalPasses = {"fusion"};
 
 struct CompileOptions {
   std::string model_path;
   FrontendOptions frontend;
-  std::string dump_after;  // empty: no dump; else a name from kPassNames
+  std::string dump_after;           // empty: run to the end
+  std::set<std::string> disabled;   // from kOptionalPasses
+  BuildRecord record;               // tool and options, for the plan's build record
 };
 
 struct PassTiming {
@@ -27,13 +33,14 @@ struct PassTiming {
 };
 
 struct CompileResult {
-  std::vector<Graph> graphs;       // one per profile, after the last pass that ran
+  std::vector<CompiledProfile> profiles;  // filled as far as the pipeline ran
+  std::optional<PlanParts> plan;          // after the "plan" step
   std::vector<PassTiming> timings;
 };
 
 // Called as each pipeline step starts: (step number, step count, pass name).
 using ProgressCallback = std::function<void(int, int, const std::string&)>;
 
-CompileResult compile_graphs(const CompileOptions& options, const ProgressCallback& progress = {});
+CompileResult compile(const CompileOptions& options, const ProgressCallback& progress = {});
 
 }  // namespace tec

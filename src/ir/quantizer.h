@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 #include "core/dtype.h"
 #include "core/shape.h"
 
@@ -66,6 +68,11 @@ struct Quantizer {
   size_t hash() const;
   bool operator==(const Quantizer&) const = default;
 };
+
+// JSON form used by dumps and plan manifests; from_json checks every field and throws
+// Error(invalid_input) on anything a factory would not produce.
+nlohmann::json quantizer_to_json(const Quantizer& q);
+Quantizer quantizer_from_json(const nlohmann::json& j);
 
 }  // namespace tec
 

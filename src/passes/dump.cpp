@@ -1,6 +1,7 @@
 // The JSON dump after a pass (te-compile --dump-after) and the sizes summary.
 #include <nlohmann/json.hpp>
 
+#include "passes/memory_plan.h"
 #include "passes/passes.h"
 
 namespace tec {
@@ -8,21 +9,6 @@ namespace tec {
 namespace {
 
 using json = nlohmann::json;
-
-json to_json(const Quantizer& q) {
-  json j{{"kind", to_string(q.kind)}, {"dtype", to_string(q.dtype)}, {"str", q.str()}};
-  if (!q.is_per_tensor()) j["block"] = {q.block_rows, q.block_cols};
-  if (q.kind == QuantizerKind::fp8_delayed) {
-    j["amax_history_len"] = q.amax_history_len;
-    j["margin"] = q.margin;
-    j["amax_algo"] = to_string(q.amax_algo);
-  }
-  if (q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::fp8_block) {
-    j["force_pow2_scales"] = q.force_pow2_scales;
-    j["amax_epsilon"] = q.amax_epsilon;
-  }
-  return j;
-}
 
 json to_json(const BufferSpec& b) {
   return json{{"role", to_string(b.role)}, {"shape", b.shape.dims}, {"dtype", to_string(b.dtype)},
@@ -33,7 +19,7 @@ json to_json(const TensorProto& p, const Target& target) {
   json j{{"shape", p.shape.dims}, {"strides", p.strides}, {"dtype", to_string(p.dtype)},
          {"requires_grad", p.requires_grad}};
   if (p.quantizer) {
-    j["quantizer"] = to_json(*p.quantizer);
+    j["quantizer"] = quantizer_to_json(*p.quantizer);
     j["usage"] = {{"rowwise", p.usage.rowwise}, {"columnwise", p.usage.columnwise}};
   }
   json buffers = json::array();
@@ -164,6 +150,31 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
                 {"saved_bytes", s.saved_bytes},
                 {"bytes_saved_by_aliasing", s.aliased_bytes},
                 {"state_bytes", s.state_bytes}}}};
+}
+
+json dump_schedule(const Graph& g, const Schedule& s) {
+  json steps = json::array();
+  for (size_t i = 0; i < s.steps.size(); ++i) {
+    const Step& step = s.steps[i];
+    json nodes = json::array();
+    for (NodeId n : step.nodes) nodes.push_back(g.node(n).name);
+    steps.push_back({{"index", i}, {"name", step.name}, {"kind", to_string(step.kind)}, {"nodes", nodes},
+                     {"fusions", step.fusions}, {"deps", step.deps}});
+  }
+  json internal = json::array();
+  for (size_t v = 0; v < s.internal.size(); ++v)
+    if (s.internal[v]) internal.push_back(g.values[v].name);
+  return json{{"profile", g.dims}, {"steps", steps}, {"values_in_registers", internal}};
+}
+
+json dump_memory_plan(const MemoryPlan& plan) {
+  json buffers = json::array();
+  for (const auto& b : plan.buffers)
+    buffers.push_back({{"name", b.name}, {"region", to_string(b.region)}, {"offset", b.offset}, {"bytes", b.bytes},
+                       {"lifetime", {b.first_step, b.last_step}}});
+  return json{{"arena_bytes", plan.arena_bytes}, {"constant_bytes", plan.constant_bytes},
+              {"scratch_peak_bytes", plan.scratch_peak_bytes}, {"scratch_naive_bytes", plan.scratch_naive_bytes},
+              {"naive_bytes", plan.naive_bytes}, {"buffers", buffers}};
 }
 
 }  // namespace tec

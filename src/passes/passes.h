@@ -36,4 +36,11 @@ MetaSummary summarize(const Graph& graph);
 // node's saved tensors with aliases, workspaces and backward reads.
 nlohmann::json dump_graph(const Graph& graph, const std::string& after_pass);
 
+struct Schedule;
+struct MemoryPlan;
+// The steps with their nodes, fusion decisions and dependencies.
+nlohmann::json dump_schedule(const Graph& graph, const Schedule& schedule);
+// Every planned buffer with region, offset and lifetime, and the arena sizes.
+nlohmann::json dump_memory_plan(const MemoryPlan& plan);
+
 }  // namespace tec

@@ -1,5 +1,6 @@
 #include "reference/convert.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 
@@ -103,5 +104,26 @@ uint16_t float_to_bf16(float x) {
 }
 
 float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+uint16_t float_to_fp16(float x) {
+  const uint16_t sign = std::signbit(x) ? 0x8000 : 0;
+  if (std::isnan(x)) return 0x7E00;
+  const double a = std::fabs(static_cast<double>(x));
+  if (a >= 65520.0) return sign | 0x7C00;  // rounds past the max: inf, as IEEE does
+  if (a == 0) return sign;
+  int exponent = std::max(std::ilogb(a), -14);
+  const double rounded = std::nearbyint(a / std::ldexp(1.0, exponent - 10)) * std::ldexp(1.0, exponent - 10);
+  const int e = std::ilogb(rounded);
+  if (e < -14) return sign | static_cast<uint16_t>(rounded / std::ldexp(1.0, -24));
+  return sign | static_cast<uint16_t>(((e + 15) << 10) | (static_cast<uint32_t>(rounded / std::ldexp(1.0, e - 10)) - 1024));
+}
+
+float fp16_to_float(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
+            : e == 31 ? (m ? NAN : INFINITY)
+                      : std::ldexp(static_cast<float>(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
 
 }  // namespace tec::reference

@@ -368,6 +368,56 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
   return out;
 }
 
+std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
+  std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
+  for (size_t i = 0; i < values.size(); ++i) {
+    switch (dtype) {
+      case DType::fp32: std::memcpy(&out[4 * i], &values[i], 4); break;
+      case DType::bf16: {
+        const uint16_t b = float_to_bf16(values[i]);
+        std::memcpy(&out[2 * i], &b, 2);
+        break;
+      }
+      case DType::fp16: {
+        const uint16_t h = float_to_fp16(values[i]);
+        std::memcpy(&out[2 * i], &h, 2);
+        break;
+      }
+      default: TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype";
+    }
+  }
+  return out;
+}
+
+std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes) {
+  const auto size = static_cast<size_t>(storage_bytes(dtype));
+  std::vector<float> out(bytes.size() / size);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint16_t h = 0;
+    switch (dtype) {
+      case DType::fp32: std::memcpy(&out[i], &bytes[4 * i], 4); break;
+      case DType::bf16:
+        std::memcpy(&h, &bytes[2 * i], 2);
+        out[i] = bf16_to_float(h);
+        break;
+      case DType::fp16:
+        std::memcpy(&h, &bytes[2 * i], 2);
+        out[i] = fp16_to_float(h);
+        break;
+      case DType::uint8: out[i] = bytes[i]; break;
+      default: TEC_INTERNAL_ERROR({}) << "decode_values: " << to_string(dtype) << " is not a high-precision dtype";
+    }
+  }
+  return out;
+}
+
+void round_to(DType dtype, std::span<float> values) {
+  for (float& v : values) {
+    if (dtype == DType::bf16) v = round_to_bf16(v);
+    else if (dtype == DType::fp16) v = fp16_to_float(float_to_fp16(v));
+  }
+}
+
 QuantizedTensor::QuantizedTensor(TensorProto p, const Target& target) : proto(std::move(p)) {
   for (const auto& b : proto.buffers(target)) storage[b.role].assign(static_cast<size_t>(b.bytes), 0);
 }

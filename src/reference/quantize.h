@@ -38,6 +38,13 @@ void quantize(const TensorProto& proto, std::span<const float> x, const BufferMa
 std::vector<float> dequantize(const TensorProto& proto, const BufferMap& in, bool columnwise = false,
                               const Target& target = {});
 
+// High-precision values to and from their stored bytes (bf16, fp16, fp32), rounding to
+// nearest even.
+std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values);
+std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes);
+// Rounds values in place to what `dtype` can hold.
+void round_to(DType dtype, std::span<float> values);
+
 // Owns buffers for one quantized tensor, sized from proto.buffers(); for tests and tools.
 struct QuantizedTensor {
   TensorProto proto;

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "frontend/weights/random_init.h"
+#include "core/random.h"
 #include "frontend/weights/safetensors.h"
 #include "test_util.h"
 

@@ -1,4 +1,4 @@
-#include "frontend/weights/random_init.h"
+#include "core/random.h"
 
 #include <cmath>
 

@@ -1,0 +1,176 @@
+// te-run: loads a plan and runs it on the CPU reference executor, or inspects it. Thin:
+// parsing, then calls into tec_plan and tec_reference (ARCHITECTURE.md §9).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "core/npy.h"
+#include "plan/plan.h"
+#include "reference/executor.h"
+#include "tec/version.h"
+
+namespace {
+
+using tec::ErrorKind;
+
+const char* kFooter = R"(
+Examples:
+  te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
+  te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
+  te-run mlp.teplan --inspect                             # buffers, steps, GEMMs and fusions
+
+Exit codes:
+  0 success            2 usage error          3 invalid plan or input
+  4 unsupported (e.g. the GPU backend, not implemented yet)      6 I/O error      70 internal error
+
+The GPU backend (the default, --backend gpu) is not implemented yet: use --backend cpu.)";
+
+std::string profile_name(const std::map<std::string, int64_t>& dims) {
+  std::string out;
+  for (const auto& [dim, size] : dims) out += (out.empty() ? "" : " ") + dim + "=" + std::to_string(size);
+  return out.empty() ? "(no dims)" : out;
+}
+
+void print_stats(const std::string& name, const tec::HostTensor& t) {
+  double sum = 0, sum_sq = 0;
+  float lo = INFINITY, hi = -INFINITY;
+  int64_t nan = 0;
+  for (float v : t.values) {
+    if (std::isnan(v)) {
+      ++nan;
+      continue;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+    sum_sq += static_cast<double>(v) * v;
+  }
+  const double n = static_cast<double>(t.values.size() - static_cast<size_t>(nan));
+  const double mean = n > 0 ? sum / n : 0;
+  std::printf("  %-12s %-16s min %10.4g  max %10.4g  mean %10.4g  std %10.4g  nan %lld\n", name.c_str(), t.shape.str().c_str(),
+              lo, hi, mean, n > 0 ? std::sqrt(std::max(0.0, sum_sq / n - mean * mean)) : 0.0, static_cast<long long>(nan));
+}
+
+void inspect(const tec::plan::Plan& plan) {
+  std::printf("plan %s: recipe %s, mode %s, target sm_%d, arena %lld B, constants %zu B, %zu profile(s)\n", plan.name.c_str(),
+              plan.recipe.c_str(), plan.mode.c_str(), plan.target.sm, static_cast<long long>(plan.arena_bytes), plan.constants.size(),
+              plan.profiles.size());
+  const auto& build = plan.manifest.at("build");
+  std::printf("built by %s, model checksum %s, options %s\n", build.value("tool", "?").c_str(),
+              build.value("model_checksum", "?").c_str(), build.at("options").dump().c_str());
+  for (const auto& p : plan.profiles) {
+    std::printf("\nprofile %s: arena %lld B (scratch peak %lld B, %lld B if nothing shared)\n", profile_name(p.dims).c_str(),
+                static_cast<long long>(p.arena_bytes), static_cast<long long>(p.scratch_peak_bytes),
+                static_cast<long long>(p.scratch_naive_bytes));
+    std::printf("\n  %-40s %-10s %12s %10s  %-10s %-16s %s\n", "buffer", "region", "offset", "bytes", "dtype", "shape", "lifetime");
+    for (const auto& b : p.buffers)
+      std::printf("  %-40s %-10s %12lld %10lld  %-10s %-16s [%d, %d]\n", b.name.c_str(), b.region.c_str(),
+                  static_cast<long long>(b.offset), static_cast<long long>(b.bytes), std::string(tec::to_string(b.dtype)).c_str(),
+                  b.shape.str().c_str(), b.first_step, b.last_step);
+    std::printf("\n  %-4s %-7s %-24s %-28s %s\n", "step", "kind", "name", "ops", "deps");
+    for (size_t i = 0; i < p.steps.size(); ++i) {
+      const auto& s = p.steps[i];
+      std::string ops, deps;
+      for (const auto& op : s.ops) ops += (ops.empty() ? "" : "+") + op.op;
+      for (int d : s.deps) deps += (deps.empty() ? "" : ",") + std::to_string(d);
+      std::printf("  %-4zu %-7s %-24s %-28s %s\n", i, s.kind.c_str(), s.name.c_str(), ops.c_str(), deps.c_str());
+    }
+    std::printf("\n  GEMMs (y[M,N] = x[M,K] w[N,K]^T):\n");
+    for (const auto& s : p.steps)
+      for (const auto& op : s.ops) {
+        if (op.op != "linear") continue;
+        const auto& x = p.tensors.at(op.inputs[0]).proto;
+        const auto& w = p.tensors.at(op.inputs[1]).proto;
+        std::printf("  %-12s M=%-7lld N=%-7lld K=%-7lld x %s, w %s\n", op.node.c_str(), static_cast<long long>(x.shape.rows()),
+                    static_cast<long long>(w.shape[0]), static_cast<long long>(x.shape.cols()),
+                    x.quantizer ? x.quantizer->str().c_str() : std::string(tec::to_string(x.dtype)).c_str(),
+                    w.quantizer ? w.quantizer->str().c_str() : std::string(tec::to_string(w.dtype)).c_str());
+      }
+    std::printf("\n  fusions:\n");
+    for (const auto& s : p.steps)
+      for (const auto& f : s.fusions) std::printf("  %-24s %s\n", s.name.c_str(), f.c_str());
+  }
+}
+
+std::pair<std::string, std::string> split_assignment(const std::string& text, const char* option) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
+    throw tec::Error(ErrorKind::usage, {}, std::string(option) + " expects NAME=VALUE, got '" + text + "'");
+  return {text.substr(0, eq), text.substr(eq + 1)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"te-run: run a tec plan. The CPU backend runs the reference executor (the oracle of every GPU\n"
+               "test); --inspect prints what the plan holds."};
+  app.footer(kFooter);
+  app.set_version_flag("--version", "te-run " TEC_VERSION_STRING);
+  std::string plan_path, backend = "gpu", save_dir;
+  std::vector<std::string> inputs, shapes;
+  uint64_t seed = 0;
+  int iterations = 1;
+  bool do_inspect = false;
+  app.add_option("PLAN", plan_path, ".teplan file from te-compile")->required();
+  app.add_option("--backend", backend, "gpu (default; not implemented yet) or cpu (the reference executor)")
+      ->check(CLI::IsMember({"gpu", "cpu"}));
+  app.add_option("--input", inputs, "an input from .npy: NAME=FILE (repeatable); others are seeded random N(0,1)");
+  app.add_option("--save-outputs", save_dir, "write every output as DIR/NAME.npy (float32)");
+  app.add_option("--seed", seed, "seed for random inputs (default 0)");
+  app.add_option("--shape", shapes, "pick the profile: DIM=SIZE (repeatable); needed when the plan has several");
+  app.add_option("--iterations", iterations, "runs (delayed scaling state carries over between runs)")->check(CLI::Range(1, 1000000));
+  app.add_flag("--inspect", do_inspect, "print the plan's buffers, steps, GEMMs and fusions, and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : tec::exit_code(ErrorKind::usage);
+  }
+  try {
+    const tec::plan::Plan plan = tec::plan::Plan::load_file(plan_path);
+    if (do_inspect) {
+      inspect(plan);
+      return 0;
+    }
+    if (backend == "gpu")
+      throw tec::Error(ErrorKind::unsupported, {},
+                       "the GPU backend is not implemented yet (README.md, \"Status\"); run with --backend cpu");
+    std::map<std::string, int64_t> dims;
+    for (const auto& s : shapes) {
+      auto [dim, value] = split_assignment(s, "--shape");
+      char* end = nullptr;
+      const long long v = std::strtoll(value.c_str(), &end, 10);
+      if (*end != '\0') throw tec::Error(ErrorKind::usage, {}, "--shape " + s + ": not an integer size");
+      dims[dim] = v;
+    }
+    const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
+    std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),
+                dims.empty() && plan.profiles.size() > 1 ? " (the first; pick another with --shape)" : "");
+    tec::reference::Session session(plan, profile);
+    session.randomize_inputs(seed);
+    for (const auto& in : inputs) {
+      auto [name, file] = split_assignment(in, "--input");
+      tec::NpyArray array = tec::read_npy(file);
+      session.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
+    }
+    for (int i = 0; i < iterations; ++i) session.run();
+    std::printf("outputs after %d run(s):\n", iterations);
+    if (!save_dir.empty()) std::filesystem::create_directories(save_dir);
+    for (const auto& name : profile.outputs) {
+      const tec::HostTensor out = session.read(name);
+      print_stats(name, out);
+      if (!save_dir.empty()) tec::write_npy((std::filesystem::path(save_dir) / (name + ".npy")).string(), out.shape, out.values);
+    }
+    if (!save_dir.empty()) std::printf("saved outputs to %s\n", save_dir.c_str());
+    return 0;
+  } catch (const tec::Error& e) {
+    std::fprintf(stderr, "te-run: error: %s\n", e.what());
+    return tec::exit_code(e.kind());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "te-run: internal error: %s\n", e.what());
+    return tec::exit_code(ErrorKind::internal);
+  }
+}

@@ -1,0 +1,68 @@
+// Quantizer <-> JSON, shared by the graph dumps and the plan manifest.
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "ir/quantizer.h"
+
+namespace tec {
+
+nlohmann::json quantizer_to_json(const Quantizer& q) {
+  return nlohmann::json{{"kind", to_string(q.kind)},
+                        {"dtype", to_string(q.dtype)},
+                        {"block", {q.block_rows, q.block_cols}},
+                        {"amax_epsilon", q.amax_epsilon},
+                        {"force_pow2_scales", q.force_pow2_scales},
+                        {"amax_history_len", q.amax_history_len},
+                        {"margin", q.margin},
+                        {"amax_algo", to_string(q.amax_algo)},
+                        {"str", q.str()}};
+}
+
+Quantizer quantizer_from_json(const nlohmann::json& j) {
+  TEC_USER_CHECK(j.is_object(), {}) << "quantizer must be an object";
+  auto get_string = [&](const char* key) {
+    TEC_USER_CHECK(j.contains(key) && j[key].is_string(), {}) << "quantizer." << key << " must be a string";
+    return j[key].get<std::string>();
+  };
+  auto get_int = [&](const char* key, int lo, int hi) {
+    TEC_USER_CHECK(j.contains(key) && j[key].is_number_integer() && j[key].get<int64_t>() >= lo && j[key].get<int64_t>() <= hi, {})
+        << "quantizer." << key << " must be an integer in [" << lo << ", " << hi << "]";
+    return static_cast<int>(j[key].get<int64_t>());
+  };
+  const std::string kind = get_string("kind");
+  const auto dtype = parse_dtype(get_string("dtype"));
+  TEC_USER_CHECK(dtype.has_value(), {}) << "quantizer.dtype is unknown";
+  TEC_USER_CHECK(j.contains("block") && j["block"].is_array() && j["block"].size() == 2 && j["block"][0].is_number_integer() &&
+                     j["block"][1].is_number_integer(),
+                 {})
+      << "quantizer.block must be [rows, cols]";
+  const int64_t rows = j["block"][0].get<int64_t>();
+  TEC_USER_CHECK(j.contains("force_pow2_scales") && j["force_pow2_scales"].is_boolean(), {}) << "quantizer.force_pow2_scales must be a bool";
+  TEC_USER_CHECK(j.contains("amax_epsilon") && j["amax_epsilon"].is_number() && j["amax_epsilon"].get<double>() >= 0, {})
+      << "quantizer.amax_epsilon must be a number >= 0";
+  const bool pow2 = j["force_pow2_scales"].get<bool>();
+  const float eps = j["amax_epsilon"].get<float>();
+  Quantizer q;
+  if (kind == "fp8_current") {
+    q = Quantizer::fp8_current(*dtype, pow2, eps);
+  } else if (kind == "fp8_delayed") {
+    const std::string algo = get_string("amax_algo");
+    TEC_USER_CHECK(algo == "max" || algo == "most_recent", {}) << "quantizer.amax_algo must be max or most_recent";
+    q = Quantizer::fp8_delayed(*dtype, get_int("amax_history_len", 1, 65536), get_int("margin", 0, 64),
+                               algo == "max" ? AmaxAlgo::max : AmaxAlgo::most_recent);
+  } else if (kind == "mxfp8") {
+    q = Quantizer::mxfp8(*dtype);
+  } else if (kind == "fp8_block") {
+    TEC_USER_CHECK(rows == 1 || rows == 128, {}) << "quantizer.block rows must be 1 or 128";
+    q = Quantizer::fp8_block(*dtype, rows == 1 ? 1 : 2, pow2, eps);
+  } else if (kind == "nvfp4") {
+    TEC_USER_CHECK(rows == 1 || rows == 16, {}) << "quantizer.block rows must be 1 or 16";
+    q = Quantizer::nvfp4(rows == 16);
+  } else {
+    TEC_USER_ERROR({}) << "quantizer.kind '" << kind << "' is unknown";
+  }
+  TEC_USER_CHECK(quantizer_to_json(q) == j, {}) << "quantizer fields are inconsistent: " << j.dump();
+  return q;
+}
+
+}  // namespace tec

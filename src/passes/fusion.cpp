@@ -1,0 +1,99 @@
+// fusion: groups the nodes of a graph into steps (see schedule.h for the rules).
+#include "passes/schedule.h"
+
+namespace tec {
+
+std::string_view to_string(StepKind kind) { return kind == StepKind::gemm ? "gemm" : "kernel"; }
+
+namespace {
+
+bool single_reader_not_output(const Graph& g, const std::vector<std::vector<std::pair<NodeId, int>>>& readers,
+                              ValueId v) {
+  return readers[static_cast<size_t>(v)].size() == 1 && !g.is_output(v);
+}
+
+bool has_epilogue(const Node& n) {
+  return (n.op == "gelu" && n.attrs.get_string("approximate", "tanh") == "tanh") || n.op == "relu";
+}
+
+}  // namespace
+
+Schedule fusion(const Graph& g, const FusionOptions& options) {
+  Schedule s;
+  s.internal.assign(g.values.size(), false);
+  const auto readers = g.consumers();
+  std::vector<int> step_of(g.nodes.size(), -1);
+
+  auto start_step = [&](NodeId n) {
+    Step step;
+    step.name = g.node(n).name;
+    step.kind = g.node(n).op == "linear" ? StepKind::gemm : StepKind::kernel;
+    step.nodes.push_back(n);
+    const Value& out = g.value(g.node(n).outputs[0]);
+    if (out.quantizer && g.node(n).op != "linear")
+      step.fusions.push_back("quantize of '" + out.name + "' fused into " + g.node(n).op + " (" +
+                             (g.node(n).op == "layernorm" || g.node(n).op == "rmsnorm" ? "norm" : "producer") +
+                             " + quantize)");
+    s.steps.push_back(std::move(step));
+    step_of[static_cast<size_t>(n)] = static_cast<int>(s.steps.size() - 1);
+  };
+  auto join = [&](int step, NodeId n, ValueId through, std::string reason) {
+    Step& st = s.steps[static_cast<size_t>(step)];
+    st.nodes.push_back(n);
+    st.name += "+" + g.node(n).name;
+    st.fusions.push_back(std::move(reason));
+    s.internal[static_cast<size_t>(through)] = true;
+    step_of[static_cast<size_t>(n)] = step;
+  };
+
+  for (NodeId n = 0; n < static_cast<NodeId>(g.nodes.size()); ++n) {
+    const Node& node = g.node(n);
+    if (!options.enabled) {
+      start_step(n);
+      continue;
+    }
+    // The producer step of input `slot`, if this node may join it through that value.
+    auto joinable = [&](int slot) -> int {
+      const ValueId in = node.inputs[static_cast<size_t>(slot)];
+      const NodeId producer = g.value(in).producer;
+      if (producer < 0 || !single_reader_not_output(g, readers, in)) return -1;
+      return step_of[static_cast<size_t>(producer)];
+    };
+    if (has_epilogue(node)) {
+      const int st = joinable(0);
+      if (st >= 0 && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&
+          s.steps[static_cast<size_t>(st)].nodes.size() == 1) {
+        const Node& gemm = g.node(s.steps[static_cast<size_t>(st)].nodes[0]);
+        join(st, n, node.inputs[0],
+             (node.op == "gelu" ? std::string("GELU") : std::string("ReLU")) + " fused into " + gemm.name + "'s epilogue" +
+                 (g.value(node.outputs[0]).quantizer ? ", writing the quantized output" : ""));
+        continue;
+      }
+    }
+    if (node.op == "add") {
+      bool fused = false;
+      for (int slot = 0; slot < 2 && !fused; ++slot) {
+        const int st = joinable(slot);
+        if (st < 0 || s.steps[static_cast<size_t>(st)].kind != StepKind::gemm) continue;
+        const Node& last = g.node(s.steps[static_cast<size_t>(st)].nodes.back());
+        if (last.op == "add") continue;  // one residual per GEMM
+        join(st, n, node.inputs[static_cast<size_t>(slot)],
+             "residual add fused into " + g.node(s.steps[static_cast<size_t>(st)].nodes[0]).name + " as C (beta=1)");
+        fused = true;
+      }
+      if (fused) continue;
+    }
+    if (node.op == "quantize") {
+      const int st = joinable(0);
+      if (st >= 0 && s.steps[static_cast<size_t>(st)].kind == StepKind::kernel) {
+        join(st, n, node.inputs[0], "quantize of '" + g.value(node.inputs[0]).name + "' fused into " +
+                                        g.node(s.steps[static_cast<size_t>(st)].nodes.back()).name);
+        continue;
+      }
+    }
+    start_step(n);
+  }
+  return s;
+}
+
+}  // namespace tec

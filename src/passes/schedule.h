@@ -1,0 +1,45 @@
+// Steps: the units a GPU kernel or a cuBLASLt call implements (ARCHITECTURE.md §5). fusion
+// groups nodes into steps and records why; schedule orders them and finds dependencies;
+// memory_plan packs every buffer that crosses a step into the arena.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace tec {
+
+enum class StepKind : uint8_t { gemm, kernel };
+std::string_view to_string(StepKind kind);
+
+struct Step {
+  std::string name;            // the node names joined by '+', e.g. "fc1+act"
+  StepKind kind = StepKind::kernel;
+  std::vector<NodeId> nodes;   // in execution order
+  std::vector<std::string> fusions;  // each fusion decision and its reason
+  std::vector<int> deps;       // steps that must finish first (set by schedule)
+};
+
+struct Schedule {
+  std::vector<Step> steps;
+  // Values produced and read only inside one step: they never get a buffer.
+  std::vector<bool> internal;  // indexed by ValueId
+};
+
+struct FusionOptions {
+  bool enabled = true;  // --disable-pass=fusion: one step per node
+};
+
+// Groups nodes into steps. Rules, in order of the issue that set them:
+// - an activation with a cuBLASLt epilogue (gelu tanh, relu) joins the linear it follows;
+// - a residual add joins the GEMM whose output it reads, as C with beta=1;
+// - an explicit quantize joins the non-GEMM step that produced its input;
+// - norm + quantize and activation + quantize are one node with a quantized output already
+//   (apply_recipe), recorded here as decisions.
+Schedule fusion(const Graph& graph, const FusionOptions& options = {});
+
+// Fills each step's dependencies from the values it reads.
+Schedule schedule(const Graph& graph, Schedule steps);
+
+}  // namespace tec

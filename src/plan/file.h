@@ -1,0 +1,36 @@
+// Writing and reading the .teplan container (plan/format.h). The reader validates the
+// container (magic, version, sizes, offsets, checksum) and the manifest's JSON syntax; the
+// manifest's meaning is validated by plan/plan.h.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace tec::plan {
+
+struct Blob {
+  std::string name;
+  std::vector<uint8_t> bytes;
+};
+
+// The whole file. The manifest gets a "blobs" array of {name, offset, size} (offsets
+// relative to the blob section). Same inputs give the same bytes.
+std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs);
+
+// Writes through a temporary file in the same folder and a rename, so a failure never
+// leaves a half-written plan. "-" or a non-regular file (/dev/stdout, a pipe) is written
+// directly.
+void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes);
+
+struct PlanFile {
+  nlohmann::json manifest;
+  std::span<const uint8_t> blobs;  // the blob section, inside the caller's bytes
+};
+
+// Throws Error(invalid_input, stage "plan") naming what is wrong; never reads out of bounds.
+PlanFile parse_plan_file(std::span<const uint8_t> bytes, const std::string& name);
+std::vector<uint8_t> read_whole_file(const std::string& path);
+
+}  // namespace tec::plan

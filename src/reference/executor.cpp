@@ -1,0 +1,164 @@
+#include "reference/executor.h"
+
+#include <cfloat>
+#include <cstring>
+
+#include "core/random.h"
+#include "ops/common.h"
+#include "reference/quantize.h"
+
+namespace tec::reference {
+
+namespace {
+
+ErrorContext step_context(const plan::Step& step, const plan::Op& op) {
+  return ErrorContext{"reference", op.node, op.op, "step '" + step.name + "'"};
+}
+
+const plan::Tensor& tensor_named(const plan::Profile& p, const std::string& name) {
+  auto it = p.tensors.find(name);
+  TEC_USER_CHECK(it != p.tensors.end(), (ErrorContext{"reference", name, "", ""})) << "the plan has no tensor '" << name << "'";
+  return it->second;
+}
+
+}  // namespace
+
+Session::Session(const plan::Plan& plan, const plan::Profile& profile)
+    : plan_(plan), profile_(profile), arena_(static_cast<size_t>(plan.arena_bytes), 0) {
+  for (const plan::Step& step : profile_.steps)
+    for (const plan::Op& op : step.ops) {
+      const OpDef* def = builtin_ops().find(op.op);
+      TEC_USER_CHECK(def != nullptr, step_context(step, op)) << "the plan uses op '" << op.op << "', unknown to this tec";
+      Attributes attrs = op.attrs;
+      check_and_default_attributes(*def, attrs, step_context(step, op));
+    }
+  for (const auto& [name, t] : profile_.tensors) {
+    auto scale = t.state.find("scale");
+    if (scale == t.state.end()) continue;
+    const float one = 1.0f;
+    std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(scale->second)]).data(), &one, 4);
+  }
+}
+
+std::span<uint8_t> Session::bytes_of(const plan::Buffer& b) {
+  TEC_INTERNAL_CHECK(b.region != "constants", {}) << "constants are read-only";
+  return std::span<uint8_t>(arena_).subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.bytes));
+}
+
+std::span<const uint8_t> Session::bytes_of(const plan::Buffer& b) const {
+  const std::vector<uint8_t>& region = b.region == "constants" ? plan_.constants : arena_;
+  return std::span<const uint8_t>(region).subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.bytes));
+}
+
+void Session::set_input(const std::string& name, const HostTensor& values) {
+  const plan::Tensor& t = tensor_named(profile_, name);
+  TEC_USER_CHECK(t.kind == "input", (ErrorContext{"reference", name, "", ""})) << "'" << name << "' is not an input";
+  TEC_USER_CHECK(static_cast<int64_t>(values.values.size()) == t.proto.shape.numel(), (ErrorContext{"reference", name, "", ""}))
+      << "input '" << name << "' needs shape " << t.proto.shape.str() << " (" << t.proto.shape.numel() << " values), got "
+      << values.shape.str();
+  std::vector<float> rounded = values.values;
+  round_to(t.proto.dtype, rounded);
+  store(t, std::move(rounded));
+}
+
+void Session::randomize_inputs(uint64_t seed) {
+  for (const std::string& name : profile_.inputs) {
+    const plan::Tensor& t = tensor_named(profile_, name);
+    set_input(name, HostTensor{t.proto.shape, random_weight(seed, name, t.proto.shape.numel(), 0.0f, 1.0f)});
+  }
+}
+
+HostTensor Session::read(const std::string& name) const {
+  const plan::Tensor& t = tensor_named(profile_, name);
+  TEC_USER_CHECK(!t.buffers.empty(), (ErrorContext{"reference", name, "", ""}))
+      << "tensor '" << name << "' lives inside one step and has no storage to read";
+  if (!t.proto.quantizer)
+    return HostTensor{t.proto.shape, decode_values(t.proto.dtype, bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]))};
+  BufferMap map;
+  for (const auto& [role, index] : t.buffers) {
+    auto bytes = bytes_of(profile_.buffers[static_cast<size_t>(index)]);
+    map[role] = std::span<uint8_t>(const_cast<uint8_t*>(bytes.data()), bytes.size());  // dequantize only reads
+  }
+  return HostTensor{t.proto.shape, dequantize(t.proto, map, !t.proto.usage.rowwise, plan_.target)};
+}
+
+void Session::store(const plan::Tensor& t, std::vector<float> values) {
+  if (!t.proto.quantizer) {
+    const auto bytes = encode_values(t.proto.dtype, values);
+    auto out = bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]);
+    std::memcpy(out.data(), bytes.data(), out.size());
+    return;
+  }
+  BufferMap map;
+  for (const auto& [role, index] : t.buffers) map[role] = bytes_of(profile_.buffers[static_cast<size_t>(index)]);
+  QuantizeState state;
+  if (t.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
+    std::memcpy(&state.delayed_scale, bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]).data(), 4);
+    // amax_history[0], the staging slot; the bytes are 4-byte aligned in the arena.
+    state.delayed_amax = reinterpret_cast<float*>(bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]).data());
+  }
+  quantize(t.proto, values, map, plan_.target, state);
+}
+
+void Session::run() {
+  for (const plan::Buffer& b : profile_.buffers)
+    if (b.region == "scratch" || b.region == "output") {
+      auto bytes = bytes_of(b);
+      std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
+    }
+  for (const plan::Step& step : profile_.steps) {
+    std::map<std::string, HostTensor> in_registers;  // values that live inside this step
+    for (const plan::Op& op : step.ops) {
+      const ErrorContext ctx = step_context(step, op);
+      const OpDef& def = builtin_ops().get(op.op);
+      Attributes attrs = op.attrs;
+      check_and_default_attributes(def, attrs, ctx);
+      std::vector<HostTensor> inputs;
+      for (const std::string& name : op.inputs) {
+        auto reg = in_registers.find(name);
+        if (reg != in_registers.end()) {
+          inputs.push_back(reg->second);
+          continue;
+        }
+        TEC_USER_CHECK(!tensor_named(profile_, name).buffers.empty(), ctx)
+            << "reads '" << name << "', which has no storage and is not made earlier in this step";
+        inputs.push_back(read(name));
+      }
+      std::vector<HostTensor> outputs = with_context(ctx, [&] { return def.reference(attrs, inputs); });
+      TEC_USER_CHECK(outputs.size() == op.outputs.size(), ctx) << "the op makes " << outputs.size() << " outputs, the plan lists "
+                                                                << op.outputs.size();
+      for (size_t i = 0; i < outputs.size(); ++i) {
+        const plan::Tensor& t = tensor_named(profile_, op.outputs[i]);
+        TEC_USER_CHECK(static_cast<int64_t>(outputs[i].values.size()) == t.proto.shape.numel(), ctx)
+            << "output '" << t.name << "' has " << outputs[i].values.size() << " values, the plan says shape "
+            << t.proto.shape.str();
+        outputs[i].shape = t.proto.shape;
+        if (t.buffers.empty())
+          in_registers[t.name] = std::move(outputs[i]);
+        else
+          store(t, std::move(outputs[i].values));
+      }
+    }
+  }
+  update_delayed_scaling();
+}
+
+// LAYOUTS.md §1.5: after the run, every delayed-scaling tensor rolls its history and takes
+// a new scale (one fused kernel on the GPU).
+void Session::update_delayed_scaling() {
+  for (const std::string& name : profile_.delayed) {
+    const plan::Tensor& t = tensor_named(profile_, name);
+    const Quantizer& q = *t.proto.quantizer;
+    auto history_bytes = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]);
+    auto scale_bytes = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]);
+    std::vector<float> history(history_bytes.size() / 4);
+    std::memcpy(history.data(), history_bytes.data(), history_bytes.size());
+    float scale;
+    std::memcpy(&scale, scale_bytes.data(), 4);
+    delayed_scaling_update(history, scale, max_finite(q.dtype), q.margin, q.amax_algo);
+    std::memcpy(history_bytes.data(), history.data(), history_bytes.size());
+    std::memcpy(scale_bytes.data(), &scale, 4);
+  }
+}
+
+}  // namespace tec::reference

@@ -1,0 +1,44 @@
+// The CPU reference executor: runs a plan's steps over a host arena laid out exactly like
+// the device arena (ARCHITECTURE.md §10). It is the oracle for every GPU test, so it is
+// plain and slow on purpose: values in fp32, buffers rounded or quantized when stored.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/op_registry.h"
+#include "plan/plan.h"
+
+namespace tec::reference {
+
+// Not thread-safe; one per thread. The plan must outlive it.
+class Session {
+ public:
+  // Checks every op of the profile against this build's registry (unknown ops, bad
+  // attributes) before anything runs; state starts at scale 1 and a zero history.
+  Session(const plan::Plan& plan, const plan::Profile& profile);
+
+  const plan::Profile& profile() const { return profile_; }
+  // Writes an input, rounded to its dtype. Throws if the name or size is wrong.
+  void set_input(const std::string& name, const HostTensor& values);
+  // Seeded N(0, 1) values for every input, rounded to its dtype.
+  void randomize_inputs(uint64_t seed);
+  // Poisons scratch and outputs (0xFF bytes), runs every step, then updates delayed scaling.
+  void run();
+  // A tensor with storage, decoded to float (quantized tensors are dequantized).
+  HostTensor read(const std::string& tensor) const;
+  const std::vector<uint8_t>& arena() const { return arena_; }
+
+ private:
+  std::span<uint8_t> bytes_of(const plan::Buffer& b);
+  std::span<const uint8_t> bytes_of(const plan::Buffer& b) const;
+  void store(const plan::Tensor& t, std::vector<float> values);
+  void update_delayed_scaling();
+
+  const plan::Plan& plan_;
+  const plan::Profile& profile_;
+  std::vector<uint8_t> arena_;
+};
+
+}  // namespace tec::reference
