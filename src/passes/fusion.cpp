@@ -52,12 +52,18 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
       start_step(n);
       continue;
     }
-    // The producer step of input `slot`, if this node may join it through that value.
+    // The producer step of input `slot`, if this node may join it through that value: the
+    // value has no other reader, and every other input is ready by that step.
     auto joinable = [&](int slot) -> int {
       const ValueId in = node.inputs[static_cast<size_t>(slot)];
       const NodeId producer = g.value(in).producer;
       if (producer < 0 || !single_reader_not_output(g, readers, in)) return -1;
-      return step_of[static_cast<size_t>(producer)];
+      const int st = step_of[static_cast<size_t>(producer)];
+      for (ValueId other : node.inputs) {
+        const NodeId p = g.value(other).producer;
+        if (p >= 0 && step_of[static_cast<size_t>(p)] > st) return -1;
+      }
+      return st;
     };
     if (has_epilogue(node)) {
       const int st = joinable(0);
