@@ -109,7 +109,10 @@ void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
 
 nlohmann::json dump_after_pass(const tec::CompileResult& result, const std::string& pass) {
   nlohmann::json profiles = nlohmann::json::array();
-  if (pass == "plan") return result.plan->manifest;
+  if (pass == "plan") {  // the manifest exactly as the file stores it, blob index included
+    const auto bytes = tec::plan::serialize_plan(result.plan->manifest, result.plan->blobs);
+    return tec::plan::parse_plan_file(bytes, "plan").manifest;
+  }
   for (const auto& p : result.profiles) {
     if (pass == "fusion" || pass == "schedule")
       profiles.push_back(tec::dump_schedule(p.graph, p.schedule));

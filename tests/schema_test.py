@@ -7,6 +7,7 @@ import sys
 import jsonschema
 
 root = pathlib.Path(sys.argv[1])
+te_compile = sys.argv[2]
 schema = json.loads((root / "schemas/graph.schema.json").read_text())
 validator = jsonschema.Draft202012Validator(schema)
 jsonschema.Draft202012Validator.check_schema(schema)
@@ -36,6 +37,20 @@ for name, mutate in [
     g = json.loads(json.dumps(good))
     mutate(g)
     expect(name, not validator.is_valid(g))
+
+# The plan manifest that te-compile writes must match schemas/plan.schema.json.
+import subprocess
+plan_schema = json.loads((root / "schemas/plan.schema.json").read_text())
+jsonschema.Draft202012Validator.check_schema(plan_schema)
+plan_validator = jsonschema.Draft202012Validator(plan_schema)
+for recipe in ["bf16", "fp8-delayed", "nvfp4"]:
+    out = subprocess.run([te_compile, str(root / "examples/mlp_tiny.json"), "--recipe", recipe, "--dump-after", "plan", "-q"],
+                         capture_output=True, text=True, check=True).stdout
+    manifest = json.loads(out)
+    errors = list(plan_validator.iter_errors(manifest))
+    expect(f"plan manifest ({recipe}) validates against plan.schema.json", not errors)
+    for e in errors[:5]:
+        print("     ", "/".join(map(str, e.absolute_path)), e.message)
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -39,24 +39,27 @@ std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<B
     index.push_back({{"name", b.name}, {"offset", offset}, {"size", b.bytes.size()}});
     offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(offset + b.bytes.size()), kBlobAlignment));
   }
+  std::vector<uint8_t> section(offset, 0);
+  for (size_t i = 0; i < blobs.size(); ++i)
+    if (!blobs[i].bytes.empty())
+      std::memcpy(section.data() + index[i]["offset"].get<uint64_t>(), blobs[i].bytes.data(), blobs[i].bytes.size());
   manifest["blobs"] = std::move(index);
-  const std::string text = manifest.dump();
+  return assemble_plan(manifest.dump(), section);
+}
+
+std::vector<uint8_t> assemble_plan(const std::string& text, std::span<const uint8_t> section) {
   FileHeader header{};
   std::memcpy(header.magic, kMagic, 8);
   header.version = kFormatVersion;
   header.manifest_offset = kBlobAlignment;
   header.manifest_size = text.size();
   header.blobs_offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(kBlobAlignment + text.size()), kBlobAlignment));
-  header.blobs_size = offset;
+  header.blobs_size = section.size();
   header.file_size = header.blobs_offset + header.blobs_size + kTrailerBytes;
   std::vector<uint8_t> out(header.file_size, 0);
   std::memcpy(out.data(), &header, sizeof header);
   std::memcpy(out.data() + header.manifest_offset, text.data(), text.size());
-  uint64_t at = header.blobs_offset;
-  for (const Blob& b : blobs) {
-    if (!b.bytes.empty()) std::memcpy(out.data() + at, b.bytes.data(), b.bytes.size());
-    at = header.blobs_offset + static_cast<uint64_t>(round_up(static_cast<int64_t>(at - header.blobs_offset + b.bytes.size()), kBlobAlignment));
-  }
+  if (!section.empty()) std::memcpy(out.data() + header.blobs_offset, section.data(), section.size());
   Trailer trailer{};
   std::memcpy(trailer.magic, kTrailerMagic, 8);
   trailer.checksum = checksum64(std::span(out.data(), out.size() - kTrailerBytes));

@@ -19,6 +19,10 @@ struct Blob {
 // relative to the blob section). Same inputs give the same bytes.
 std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs);
 
+// The container around a manifest text and a blob section (already laid out): header,
+// padding, trailer and checksum. serialize_plan uses it; tests use it to build hostile files.
+std::vector<uint8_t> assemble_plan(const std::string& manifest_text, std::span<const uint8_t> blob_section);
+
 // Writes through a temporary file in the same folder and a rename, so a failure never
 // leaves a half-written plan. "-" or a non-regular file (/dev/stdout, a pipe) is written
 // directly.

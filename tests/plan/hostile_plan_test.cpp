@@ -1,0 +1,180 @@
+// Hostile plans: every kind of damage gets a clear error and never a crash (CI also runs
+// these under AddressSanitizer and UBSan). Each case starts from a valid plan of
+// examples/mlp_tiny.json and breaks one thing.
+#include <doctest/doctest.h>
+
+#include <cstring>
+#include <random>
+
+#include "compiler.h"
+#include "plan/file.h"
+#include "plan/format.h"
+#include "plan/plan.h"
+#include "reference/executor.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+struct ValidPlan {
+  nlohmann::json manifest;
+  std::vector<plan::Blob> blobs;
+  std::vector<uint8_t> bytes;
+};
+
+const ValidPlan& valid_plan() {
+  static const ValidPlan v = [] {
+    CompileOptions options;
+    options.model_path = test::source_dir() + "/examples/mlp_tiny.json";
+    options.frontend.recipe = RecipeKind::fp8_delayed;
+    const CompileResult r = compile(options);
+    ValidPlan p{r.plan->manifest, r.plan->blobs, plan::serialize_plan(r.plan->manifest, r.plan->blobs)};
+    return p;
+  }();
+  return v;
+}
+
+std::string load_error(std::span<const uint8_t> bytes) {
+  const Error e = test::error_of([&] { (void)plan::Plan::load(bytes, "hostile.teplan"); });
+  CHECK(e.kind() == ErrorKind::invalid_input);
+  CHECK(e.context().stage == "plan");
+  return e.message();
+}
+
+// The valid plan with its manifest edited, re-serialized with a correct checksum, so that
+// the reader's own checks (not the checksum) must catch the damage.
+std::string manifest_error(const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json m = valid_plan().manifest;
+  edit(m);
+  return load_error(plan::serialize_plan(m, valid_plan().blobs));
+}
+
+plan::FileHeader header_of(const std::vector<uint8_t>& bytes) {
+  plan::FileHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("the valid plan loads and runs") {
+  const plan::Plan p = plan::Plan::load(valid_plan().bytes, "valid.teplan");
+  reference::Session s(p, p.profiles[0]);
+  s.randomize_inputs(1);
+  s.run();
+  CHECK(s.read("y").values.size() == 32 * 64);
+}
+
+TEST_CASE("a flipped byte anywhere is caught (checksum, magic or version)") {
+  const auto& good = valid_plan().bytes;
+  const auto h = header_of(good);
+  std::vector<size_t> positions;
+  for (size_t i = 0; i < h.blobs_offset; ++i) positions.push_back(i);  // header, padding and manifest
+  std::mt19937 rng(3);
+  for (int i = 0; i < 2000; ++i) positions.push_back(h.blobs_offset + rng() % (good.size() - h.blobs_offset));
+  for (size_t i = good.size() - plan::kTrailerBytes; i < good.size(); ++i) positions.push_back(i);
+  for (size_t pos : positions) {
+    std::vector<uint8_t> bad = good;
+    bad[pos] ^= static_cast<uint8_t>(1u << (pos % 8));
+    CAPTURE(pos);
+    CHECK_FALSE(load_error(bad).empty());
+  }
+}
+
+TEST_CASE("truncation at 10 points, and a file of 0 bytes") {
+  const auto& good = valid_plan().bytes;
+  for (int i = 0; i < 10; ++i) {
+    const size_t keep = good.size() * static_cast<size_t>(i) / 10 + static_cast<size_t>(i);
+    CAPTURE(keep);
+    const std::string message = load_error(std::span(good.data(), keep));
+    CHECK((message.find("truncated") != std::string::npos || message.find("not a tec plan") != std::string::npos));
+  }
+  CHECK(load_error({}).find("not a tec plan") != std::string::npos);
+}
+
+TEST_CASE("wrong magic and a future version") {
+  std::vector<uint8_t> bad = valid_plan().bytes;
+  bad[0] = 'X';
+  CHECK(load_error(bad).find("wrong magic") != std::string::npos);
+  // A version from the future, with a valid checksum so the version check itself must speak.
+  const auto h = header_of(valid_plan().bytes);
+  const auto& good = valid_plan().bytes;
+  const std::string text(good.begin() + static_cast<long>(h.manifest_offset),
+                         good.begin() + static_cast<long>(h.manifest_offset + h.manifest_size));
+  std::vector<uint8_t> future =
+      plan::assemble_plan(text, std::span(good.data() + h.blobs_offset, h.blobs_size));
+  const uint32_t version = plan::kFormatVersion + 1;
+  std::memcpy(future.data() + 8, &version, 4);
+  const uint64_t sum = plan::checksum64(std::span(future.data(), future.size() - plan::kTrailerBytes));
+  std::memcpy(future.data() + future.size() - 8, &sum, 8);
+  CHECK(load_error(future).find("newer than this tec") != std::string::npos);
+}
+
+TEST_CASE("a manifest that is not JSON") {
+  const auto& good = valid_plan().bytes;
+  const auto h = header_of(good);
+  std::string garbage(h.manifest_size, '{');
+  const auto bad = plan::assemble_plan(garbage, std::span(good.data() + h.blobs_offset, h.blobs_size));
+  CHECK(load_error(bad).find("manifest is not a JSON object") != std::string::npos);
+}
+
+TEST_CASE("offsets and sizes past the arena, the constants or the file") {
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["buffers"][0]["offset"] = 1 << 30; }).find("outside its region") !=
+        std::string::npos);
+  CHECK(manifest_error([](auto& m) {
+          for (auto& b : m["profiles"][0]["buffers"])
+            if (b["region"] == "constants") b["offset"] = m["constant_bytes"];
+        }).find("outside its region") != std::string::npos);
+  CHECK(manifest_error([](nlohmann::json& m) { m["profiles"][0]["arena_bytes"] = m["arena_bytes"].get<int64_t>() + 256; })
+            .find("expected an integer in") != std::string::npos);
+  // A blob index pointing past the blob section: built by hand, since serialize_plan writes
+  // the index itself.
+  const auto& good = valid_plan().bytes;
+  const auto h = header_of(good);
+  nlohmann::json m = nlohmann::json::parse(good.begin() + static_cast<long>(h.manifest_offset),
+                                           good.begin() + static_cast<long>(h.manifest_offset + h.manifest_size));
+  m["blobs"][0]["size"] = h.blobs_size + 4096;
+  const auto bad = plan::assemble_plan(m.dump(), std::span(good.data() + h.blobs_offset, h.blobs_size));
+  CHECK(load_error(bad).find("lies outside the blob section") != std::string::npos);
+}
+
+TEST_CASE("references to missing buffers and tensors") {
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["tensors"][0]["buffers"]["data"] = 9999; })
+            .find("is not a buffer of this profile") != std::string::npos);
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["steps"][0]["ops"][0]["inputs"][0] = "nowhere"; })
+            .find("step reads unknown tensor 'nowhere'") != std::string::npos);
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["steps"][1]["deps"] = {5}; }).find("only on earlier steps") !=
+        std::string::npos);
+  // A tensor pointing at another tensor's buffer of the wrong size.
+  CHECK(manifest_error([](auto& m) {
+          auto& tensors = m["profiles"][0]["tensors"];
+          for (auto& t : tensors)
+            if (t["name"] == "y") t["buffers"]["data"] = 0;  // x's buffer
+        }).find("does not match tensor 'y'") != std::string::npos);
+}
+
+TEST_CASE("size products that overflow 64 bits, and absurd shapes") {
+  CHECK(manifest_error([](auto& m) {
+          m["profiles"][0]["buffers"][0]["shape"] = {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31};
+        }).find("does not fit in 64 bits") != std::string::npos);
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["buffers"][0]["shape"] = {-4}; }).find("shape entries") !=
+        std::string::npos);
+  CHECK(manifest_error([](auto& m) { m["profiles"][0]["buffers"][0]["bytes"] = 7; }).find("its shape and dtype need") !=
+        std::string::npos);
+}
+
+TEST_CASE("unknown ops and bad attributes are caught before a run") {
+  nlohmann::json m = valid_plan().manifest;
+  m["profiles"][0]["steps"][0]["ops"][0]["op"] = "softmax";
+  const plan::Plan p = plan::Plan::load(plan::serialize_plan(m, valid_plan().blobs), "hostile.teplan");
+  const Error e = test::error_of([&] { reference::Session s(p, p.profiles[0]); });
+  CHECK(e.message().find("the plan uses op 'softmax', unknown to this tec") != std::string::npos);
+  m = valid_plan().manifest;
+  m["profiles"][0]["steps"][0]["ops"][0]["attrs"]["eps"] = "tiny";
+  const plan::Plan q = plan::Plan::load(plan::serialize_plan(m, valid_plan().blobs), "hostile.teplan");
+  CHECK(test::error_of([&] { reference::Session s(q, q.profiles[0]); }).message().find("attribute 'eps' must be float") !=
+        std::string::npos);
+}
+
+}  // namespace tec
