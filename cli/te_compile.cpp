@@ -7,6 +7,7 @@
 
 #include "compiler.h"
 #include "passes/memory_plan.h"
+#include "plan/dot.h"
 #include "plan/file.h"
 #include "plan/format.h"
 #include "tec/version.h"
@@ -222,7 +223,7 @@ int main(int argc, char** argv) {
       if (!quiet) std::fprintf(stderr, "wrote %s (%s)\n", output.c_str(), human_bytes(static_cast<int64_t>(bytes.size())).c_str());
     }
     if (!dot.empty() && result.plan) {
-      const std::string text = tec::plan_to_dot(result.plan->manifest, 0);
+      const std::string text = tec::plan::plan_to_dot(result.plan->manifest, 0);
       tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
     }
     if (!report.empty()) {

@@ -8,6 +8,8 @@
 #include <fstream>
 
 #include "core/npy.h"
+#include "plan/dot.h"
+#include "plan/file.h"
 #include "plan/plan.h"
 #include "reference/executor.h"
 #include "tec/version.h"
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
                "test); --inspect prints what the plan holds."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-run " TEC_VERSION_STRING);
-  std::string plan_path, backend = "gpu", save_dir;
+  std::string plan_path, backend = "gpu", save_dir, dot;
   std::vector<std::string> inputs, shapes;
   uint64_t seed = 0;
   int iterations = 1;
@@ -123,6 +125,7 @@ int main(int argc, char** argv) {
   app.add_option("--shape", shapes, "pick the profile: DIM=SIZE (repeatable); needed when the plan has several");
   app.add_option("--iterations", iterations, "runs (delayed scaling state carries over between runs)")->check(CLI::Range(1, 1000000));
   app.add_flag("--inspect", do_inspect, "print the plan's buffers, steps, GEMMs and fusions, and exit");
+  app.add_option("--dot", dot, "write a Graphviz picture of the steps of the first profile (or --shape's), and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,10 +134,20 @@ int main(int argc, char** argv) {
   }
   try {
     const tec::plan::Plan plan = tec::plan::Plan::load_file(plan_path);
-    if (do_inspect) {
-      inspect(plan);
-      return 0;
+    if (do_inspect) inspect(plan);
+    if (!dot.empty()) {
+      size_t index = 0;
+      std::map<std::string, int64_t> wanted;
+      for (const auto& s : shapes) {
+        auto [dim, value] = split_assignment(s, "--shape");
+        wanted[dim] = std::atoll(value.c_str());
+      }
+      if (!wanted.empty()) index = static_cast<size_t>(&plan.profile(wanted) - plan.profiles.data());
+      const std::string text = tec::plan::plan_to_dot(plan.manifest, index);
+      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      std::fprintf(stderr, "wrote %s\n", dot.c_str());
     }
+    if (do_inspect || !dot.empty()) return 0;
     if (backend == "gpu")
       throw tec::Error(ErrorKind::unsupported, {},
                        "the GPU backend is not implemented yet (README.md, \"Status\"); run with --backend cpu");

@@ -28,8 +28,4 @@ struct PlanParts {
 
 PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const BuildRecord& record);
 
-// A Graphviz picture of one profile's steps: fused groups as clusters, edges labelled with
-// the buffer shape, dtype and bytes.
-std::string plan_to_dot(const nlohmann::json& manifest, size_t profile);
-
 }  // namespace tec

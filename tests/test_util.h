@@ -5,6 +5,8 @@
 #include <doctest/doctest.h>
 
 #include <functional>
+#include <random>
+#include <sstream>
 #include <string>
 
 #include "frontend/json/graph_json.h"
@@ -57,5 +59,36 @@ inline const Node& node_named(const Graph& g, const std::string& name) {
 }
 
 inline std::string source_dir() { return TEC_SOURCE_DIR; }
+
+// A random graph over [T, H] values: elementwise ops, norms, linears H->H and residual adds.
+inline std::string random_graph(std::mt19937& rng) {
+  auto pick = [&rng](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const int tokens = 32 << pick(3), hidden = 32 << pick(2);
+  std::vector<std::string> values{"x"};
+  std::ostringstream ops;
+  const int count = 2 + pick(15);
+  for (int i = 0; i < count; ++i) {
+    const std::string name = "v" + std::to_string(i);
+    const std::string a = values[static_cast<size_t>(pick(static_cast<int>(values.size())))];
+    const std::string b = values[static_cast<size_t>(pick(static_cast<int>(values.size())))];
+    ops << (i ? "," : "") << R"({"name": ")" << name << "\", ";
+    switch (pick(6)) {
+      case 0: ops << R"("op": "gelu", "inputs": [")" << a << "\"]}"; break;
+      case 1: ops << R"("op": "relu", "inputs": [")" << a << "\"]}"; break;
+      case 2: ops << R"("op": "add", "inputs": [")" << a << "\", \"" << b << "\"]}"; break;
+      case 3: ops << R"("op": "layernorm", "inputs": [")" << a << R"("], "attrs": {"hidden": )" << hidden << "}}"; break;
+      case 4: ops << R"("op": "scale", "inputs": [")" << a << R"("], "attrs": {"scale": 0.5}})"; break;
+      default:
+        ops << R"("op": "linear", "inputs": [")" << a << R"("], "attrs": {"in_features": )" << hidden
+            << R"(, "out_features": )" << hidden << "}}";
+    }
+    values.push_back(name);
+  }
+  std::string outputs = "\"" + values.back() + "\"";
+  if (pick(2) && values.size() > 3) outputs += ", \"" + values[values.size() / 2] + "\"";
+  return R"({"inputs": [{"name": "x", "shape": [)" + std::to_string(tokens) + ", " + std::to_string(hidden) +
+         R"(]}], "ops": [)" + ops.str() + R"(], "outputs": [)" + outputs + "]}";
+}
+
 
 }  // namespace tec::test
