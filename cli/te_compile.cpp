@@ -10,6 +10,7 @@
 #include "plan/dot.h"
 #include "plan/file.h"
 #include "plan/format.h"
+#include "cli_common.h"
 #include "tec/version.h"
 #include "passes/passes.h"
 
@@ -173,14 +174,9 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", cache_dir, "kernel cache folder (not implemented yet)");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
   app.add_flag("-q,--quiet", quiet, "no progress output");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : tec::exit_code(ErrorKind::usage);
-  }
+  if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
 
-  try {
+  return tec::cli::run_reporting_errors("te-compile", [&]() -> int {
     if (tune) not_implemented("--tune");
     if (!cache_dir.empty()) not_implemented("--cache-dir");
 
@@ -244,11 +240,5 @@ int main(int argc, char** argv) {
     if (time_passes)
       for (const auto& t : result.timings) std::fprintf(stderr, "  %-14s %8.2f ms\n", t.pass.c_str(), t.milliseconds);
     return 0;
-  } catch (const tec::Error& e) {
-    std::fprintf(stderr, "te-compile: error: %s\n", e.what());
-    return tec::exit_code(e.kind());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "te-compile: internal error: %s\n", e.what());
-    return tec::exit_code(ErrorKind::internal);
-  }
+  });
 }

@@ -12,6 +12,7 @@
 #include "plan/file.h"
 #include "plan/plan.h"
 #include "reference/executor.h"
+#include "cli_common.h"
 #include "tec/version.h"
 
 namespace {
@@ -126,13 +127,8 @@ int main(int argc, char** argv) {
   app.add_option("--iterations", iterations, "runs (delayed scaling state carries over between runs)")->check(CLI::Range(1, 1000000));
   app.add_flag("--inspect", do_inspect, "print the plan's buffers, steps, GEMMs and fusions, and exit");
   app.add_option("--dot", dot, "write a Graphviz picture of the steps of the first profile (or --shape's), and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : tec::exit_code(ErrorKind::usage);
-  }
-  try {
+  if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
+  return tec::cli::run_reporting_errors("te-run", [&]() -> int {
     const tec::plan::Plan plan = tec::plan::Plan::load_file(plan_path);
     if (do_inspect) inspect(plan);
     if (!dot.empty()) {
@@ -179,11 +175,5 @@ int main(int argc, char** argv) {
     }
     if (!save_dir.empty()) std::printf("saved outputs to %s\n", save_dir.c_str());
     return 0;
-  } catch (const tec::Error& e) {
-    std::fprintf(stderr, "te-run: error: %s\n", e.what());
-    return tec::exit_code(e.kind());
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "te-run: internal error: %s\n", e.what());
-    return tec::exit_code(ErrorKind::internal);
-  }
+  });
 }

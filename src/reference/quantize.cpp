@@ -209,51 +209,44 @@ void put_nibble(std::span<uint8_t> row, int64_t index, uint8_t code) {
   byte = index % 2 == 0 ? static_cast<uint8_t>((byte & 0xF0) | code) : static_cast<uint8_t>((byte & 0x0F) | (code << 4));
 }
 
+// One NVFP4 copy: 1x16 blocks along the rows of the matrix `at` views (x for the rowwise
+// copy, x^T for the columnwise one), or 16x16 tiles. Packed data [rows, cols/2] and E4M3
+// scales [roundup(rows, 128), roundup(cols/16, 4)], padding zeroed.
+template <typename At>
+void nvfp4_copy(At at, int64_t rows, int64_t cols, bool two_d, float s_enc, std::span<uint8_t> data,
+                std::span<uint8_t> scales) {
+  std::fill(data.begin(), data.end(), uint8_t{0});
+  std::fill(scales.begin(), scales.end(), uint8_t{0});
+  const int64_t scale_cols = round_up(cols / 16, 4);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < cols / 16; ++j) {
+      float block_amax = 0.0f;
+      const int64_t r0 = two_d ? 16 * (r / 16) : r, r1 = two_d ? r0 + 16 : r + 1;
+      for (int64_t rr = r0; rr < r1; ++rr)
+        for (int i = 0; i < 16; ++i) block_amax = abs_max(block_amax, at(rr, 16 * j + i));
+      const Nvfp4Block b = nvfp4_block(block_amax, s_enc);
+      scales[static_cast<size_t>(r * scale_cols + j)] = b.scale;
+      auto row = data.subspan(static_cast<size_t>(r * cols / 2), static_cast<size_t>(cols / 2));
+      for (int i = 0; i < 16; ++i) put_nibble(row, 16 * j + i, float_to_e2m1(at(r, 16 * j + i) * b.multiplier));
+    }
+}
+
 void quantize_nvfp4(const TensorProto& p, const Matrix& x, const BufferMap& out, const Target& t) {
   float amax = 0.0f;
   for (float v : x.x) amax = abs_max(amax, v);
   const float s_enc = nvfp4_global_encode_scale(amax);
   const bool two_d = p.quantizer->block_rows == 16;
-  // For 16x16 tiles, one block amax per tile; else per 1x16 block of the copy being written.
-  auto tile_amax = [&](int64_t r, int64_t c) {
-    float a = 0.0f;
-    for (int64_t i = 0; i < 16; ++i)
-      for (int64_t j = 0; j < 16; ++j) a = abs_max(a, x.at(16 * (r / 16) + i, 16 * (c / 16) + j));
-    return a;
-  };
   if (has(p, t, BufferRole::data)) {
-    auto data = buffer(out, BufferRole::data, x.m * x.k / 2);
-    auto scales = buffer(out, BufferRole::scale_inv, bytes_of(p, t, BufferRole::scale_inv));
-    std::fill(data.begin(), data.end(), uint8_t{0});
-    std::fill(scales.begin(), scales.end(), uint8_t{0});
     store_f32(buffer(out, BufferRole::amax, 4), 0, amax);
-    const int64_t cols = round_up(x.k / 16, 4);
-    for (int64_t r = 0; r < x.m; ++r)
-      for (int64_t j = 0; j < x.k / 16; ++j) {
-        float block_amax = 0.0f;
-        for (int i = 0; i < 16; ++i) block_amax = abs_max(block_amax, x.at(r, 16 * j + i));
-        const Nvfp4Block b = nvfp4_block(two_d ? tile_amax(r, 16 * j) : block_amax, s_enc);
-        scales[static_cast<size_t>(r * cols + j)] = b.scale;
-        auto row = data.subspan(static_cast<size_t>(r * x.k / 2), static_cast<size_t>(x.k / 2));
-        for (int i = 0; i < 16; ++i) put_nibble(row, 16 * j + i, float_to_e2m1(x.at(r, 16 * j + i) * b.multiplier));
-      }
+    nvfp4_copy([&](int64_t r, int64_t c) { return x.at(r, c); }, x.m, x.k, two_d, s_enc,
+               buffer(out, BufferRole::data, x.m * x.k / 2),
+               buffer(out, BufferRole::scale_inv, bytes_of(p, t, BufferRole::scale_inv)));
   }
   if (has(p, t, BufferRole::columnwise_data)) {
-    auto data = buffer(out, BufferRole::columnwise_data, x.m * x.k / 2);
-    auto scales = buffer(out, BufferRole::columnwise_scale_inv, bytes_of(p, t, BufferRole::columnwise_scale_inv));
-    std::fill(data.begin(), data.end(), uint8_t{0});
-    std::fill(scales.begin(), scales.end(), uint8_t{0});
     store_f32(buffer(out, BufferRole::columnwise_amax, 4), 0, amax);
-    const int64_t cols = round_up(x.m / 16, 4);
-    for (int64_t c = 0; c < x.k; ++c)
-      for (int64_t i = 0; i < x.m / 16; ++i) {
-        float block_amax = 0.0f;
-        for (int r = 0; r < 16; ++r) block_amax = abs_max(block_amax, x.at(16 * i + r, c));
-        const Nvfp4Block b = nvfp4_block(two_d ? tile_amax(16 * i, c) : block_amax, s_enc);
-        scales[static_cast<size_t>(c * cols + i)] = b.scale;
-        auto row = data.subspan(static_cast<size_t>(c * x.m / 2), static_cast<size_t>(x.m / 2));
-        for (int r = 0; r < 16; ++r) put_nibble(row, 16 * i + r, float_to_e2m1(x.at(16 * i + r, c) * b.multiplier));
-      }
+    nvfp4_copy([&](int64_t r, int64_t c) { return x.at(c, r); }, x.k, x.m, two_d, s_enc,
+               buffer(out, BufferRole::columnwise_data, x.m * x.k / 2),
+               buffer(out, BufferRole::columnwise_scale_inv, bytes_of(p, t, BufferRole::columnwise_scale_inv)));
   }
 }
 
