@@ -21,17 +21,59 @@ const plan::Tensor& tensor_named(const plan::Profile& p, const std::string& name
   return it->second;
 }
 
+// Re-checks one op of an untrusted plan with the op's own definition: its attributes, its
+// parameters' shapes, and the output shapes its fake forward gives. Then the CPU reference
+// can index its inputs without reading out of bounds.
+void check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Step& step, const plan::Op& op) {
+  const ErrorContext ctx = step_context(step, op);
+  const OpDef* def = builtin_ops().find(op.op);
+  TEC_USER_CHECK(def != nullptr, ctx) << "the plan uses op '" << op.op << "', unknown to this tec";
+  Node node;
+  node.name = op.node;
+  node.op = op.op;
+  node.attrs = op.attrs;
+  node.source = ctx.location;
+  check_and_default_attributes(*def, node.attrs, ctx);
+  Graph g;
+  if (auto kind = parse_recipe_kind(plan.recipe)) g.recipe = Recipe::defaults(*kind);
+  g.target = plan.target;
+  for (const auto& name : op.inputs) {
+    Value v;
+    v.name = name;
+    v.kind = profile.tensors.at(name).kind == "weight" ? ValueKind::weight : ValueKind::input;
+    v.proto = profile.tensors.at(name).proto;
+    node.inputs.push_back(g.add_value(std::move(v)));
+  }
+  if (def->params) {
+    const auto params = def->params(node.attrs, g.value(node.inputs.at(0)).proto.dtype);
+    TEC_USER_CHECK(op.inputs.size() >= params.size() + 1, ctx) << "the op needs " << params.size() << " parameters";
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& given = g.value(node.inputs[op.inputs.size() - params.size() + i]).proto.shape;
+      TEC_USER_CHECK(given == params[i].shape, ctx)
+          << "parameter " << params[i].suffix << " has shape " << given.str() << ", the attributes need " << params[i].shape.str();
+    }
+  }
+  const InferContext infer_ctx{g, node, ctx, [&] {
+                                 std::vector<TensorProto> protos;
+                                 for (ValueId id : node.inputs) protos.push_back(g.value(id).proto);
+                                 return protos;
+                               }()};
+  const InferResult result = with_context(ctx, [&] { return def->infer(infer_ctx); });
+  TEC_USER_CHECK(result.outputs.size() == op.outputs.size(), ctx) << "the op makes " << result.outputs.size() << " outputs";
+  for (size_t i = 0; i < op.outputs.size(); ++i) {
+    const TensorProto& planned = profile.tensors.at(op.outputs[i]).proto;
+    TEC_USER_CHECK(result.outputs[i].shape == planned.shape, ctx)
+        << "output '" << op.outputs[i] << "' is planned as " << planned.shape.str() << ", the op makes "
+        << result.outputs[i].shape.str();
+  }
+}
+
 }  // namespace
 
 Session::Session(const plan::Plan& plan, const plan::Profile& profile)
     : plan_(plan), profile_(profile), arena_(static_cast<size_t>(plan.arena_bytes), 0) {
   for (const plan::Step& step : profile_.steps)
-    for (const plan::Op& op : step.ops) {
-      const OpDef* def = builtin_ops().find(op.op);
-      TEC_USER_CHECK(def != nullptr, step_context(step, op)) << "the plan uses op '" << op.op << "', unknown to this tec";
-      Attributes attrs = op.attrs;
-      check_and_default_attributes(*def, attrs, step_context(step, op));
-    }
+    for (const plan::Op& op : step.ops) check_op(plan_, profile_, step, op);
   for (const auto& [name, t] : profile_.tensors) {
     auto scale = t.state.find("scale");
     if (scale == t.state.end()) continue;

@@ -177,4 +177,20 @@ TEST_CASE("unknown ops and bad attributes are caught before a run") {
         std::string::npos);
 }
 
+TEST_CASE("ops whose shapes do not fit their inputs are caught before the reference reads out of bounds") {
+  // fc1 told it has more input features than its input and weight: the op's own infer objects.
+  nlohmann::json m = valid_plan().manifest;
+  for (auto& op : m["profiles"][0]["steps"][1]["ops"])
+    if (op["node"] == "fc1") op["attrs"]["in_features"] = 128;
+  const plan::Plan p = plan::Plan::load(plan::serialize_plan(m, valid_plan().blobs), "hostile.teplan");
+  const Error e = test::error_of([&] { reference::Session s(p, p.profiles[0]); });
+  CHECK(e.context().node == "fc1");
+  CHECK(e.message().find("parameter weight has shape [256, 64], the attributes need [256, 128]") != std::string::npos);
+  // An op pointed at a tensor of another shape.
+  m = valid_plan().manifest;
+  m["profiles"][0]["steps"][2]["ops"][1]["inputs"][1] = "ln";  // y = fc2 + ln (ln is [32, 64] too, but FP8)
+  const plan::Plan q = plan::Plan::load(plan::serialize_plan(m, valid_plan().blobs), "hostile.teplan");
+  CHECK(test::error_of([&] { reference::Session s(q, q.profiles[0]); }).message().find("is quantized") != std::string::npos);
+}
+
 }  // namespace tec
