@@ -8,6 +8,7 @@ debian_packages=(
   nlohmann-json3-dev libcli11-dev doctest-dev
   libonnx-dev libprotobuf-dev protobuf-compiler
   python3 python3-pip
+  clang libclang-rt-14-dev  # libFuzzer and the sanitizer runtimes for .ci/fuzz
 )
 
 missing=()

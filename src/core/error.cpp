@@ -28,7 +28,7 @@ int exit_code(ErrorKind kind) {
 }
 
 static std::string describe(ErrorKind kind, const ErrorContext& ctx, const std::string& message,
-                            const std::source_location& where) {
+                            const SourceLocation& where) {
   std::ostringstream out;
   if (!ctx.stage.empty()) out << "[" << ctx.stage << "] ";
   if (!ctx.node.empty()) {
@@ -41,13 +41,13 @@ static std::string describe(ErrorKind kind, const ErrorContext& ctx, const std::
   if (!head.empty()) head.back() = ':';
   std::string text = head.empty() ? message : head + " " + message;
   if (kind == ErrorKind::internal) {
-    text += " (tec bug at " + std::string(where.file_name()) + ":" + std::to_string(where.line()) +
+    text += " (tec bug at " + std::string(where.file_name()) + ":" + std::to_string(where.line_number()) +
             ", please report it)";
   }
   return text;
 }
 
-Error::Error(ErrorKind kind, ErrorContext context, std::string message, std::source_location where)
+Error::Error(ErrorKind kind, ErrorContext context, std::string message, SourceLocation where)
     : kind_(kind),
       context_(std::move(context)),
       message_(std::move(message)),

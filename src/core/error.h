@@ -4,11 +4,22 @@
 #pragma once
 
 #include <exception>
-#include <source_location>
 #include <sstream>
 #include <string>
 
 namespace tec {
+
+// Where in tec's source an error was raised. SourceLocation needs a compiler builtin
+// that clang 14 lacks with libstdc++; these two builtins exist in both GCC and clang.
+struct SourceLocation {
+  const char* file = "";
+  int line = 0;
+  static constexpr SourceLocation current(const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    return SourceLocation{file, line};
+  }
+  const char* file_name() const { return file; }
+  int line_number() const { return line; }
+};
 
 // What the failure blames. Each maps to one exit code of the CLIs (see exit_code()).
 enum class ErrorKind {
@@ -35,12 +46,12 @@ struct ErrorContext {
 class Error : public std::exception {
  public:
   Error(ErrorKind kind, ErrorContext context, std::string message,
-        std::source_location where = std::source_location::current());
+        SourceLocation where = SourceLocation::current());
 
   ErrorKind kind() const { return kind_; }
   const ErrorContext& context() const { return context_; }
   const std::string& message() const { return message_; }
-  const std::source_location& where() const { return where_; }
+  const SourceLocation& where() const { return where_; }
   // "[meta] node 'fc1' (linear) at graph.json /ops/1: FP8 GEMM needs K divisible by 16, got K=4100"
   const char* what() const noexcept override { return what_.c_str(); }
 
@@ -48,7 +59,7 @@ class Error : public std::exception {
   ErrorKind kind_;
   ErrorContext context_;
   std::string message_;
-  std::source_location where_;
+  SourceLocation where_;
   std::string what_;
 };
 
@@ -57,7 +68,7 @@ namespace detail {
 // through the TEC_*_CHECK / TEC_*_ERROR macros below.
 class ErrorThrower {
  public:
-  ErrorThrower(ErrorKind kind, ErrorContext context, std::source_location where)
+  ErrorThrower(ErrorKind kind, ErrorContext context, SourceLocation where)
       : kind_(kind), context_(std::move(context)), where_(where) {}
   ErrorThrower(const ErrorThrower&) = delete;
   ErrorThrower& operator=(const ErrorThrower&) = delete;
@@ -71,7 +82,7 @@ class ErrorThrower {
  private:
   ErrorKind kind_;
   ErrorContext context_;
-  std::source_location where_;
+  SourceLocation where_;
   std::ostringstream stream_;
 };
 // Turns `thrower << ...` into a void expression so that a check is a single expression
@@ -88,7 +99,7 @@ struct Voidify {
 // ErrorContext (or anything convertible to one).
 //   TEC_USER_CHECK(k % 16 == 0, ctx) << "FP8 GEMM needs K divisible by 16, got K=" << k;
 #define TEC_ERROR_KIND(kind, ctx) \
-  ::tec::detail::ErrorThrower(kind, ctx, std::source_location::current())
+  ::tec::detail::ErrorThrower(kind, ctx, SourceLocation::current())
 #define TEC_USER_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::invalid_input, ctx)
 #define TEC_UNSUPPORTED(ctx) TEC_ERROR_KIND(::tec::ErrorKind::unsupported, ctx)
 #define TEC_INTERNAL_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::internal, ctx)

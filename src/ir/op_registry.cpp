@@ -64,7 +64,9 @@ void check_and_default_attributes(const OpDef& def, Attributes& attrs, const Err
     c.location += "/attrs/" + name;
     return c;
   };
-  for (const auto& [name, value] : attrs.values) {
+  for (const auto& entry : attrs.values) {
+    const std::string& name = entry.first;
+    const AttrValue& value = entry.second;
     auto spec = std::find_if(def.attrs.begin(), def.attrs.end(), [&](const AttrSpec& s) { return s.name == name; });
     if (spec == def.attrs.end()) {
       std::string known;

@@ -30,7 +30,8 @@ struct Where {
 
 void require_keys(const json& obj, const Where& at, std::initializer_list<const char*> allowed) {
   TEC_USER_CHECK(obj.is_object(), at.context()) << "expected an object, got " << obj.type_name();
-  for (const auto& [key, value] : obj.items()) {
+  for (const auto& item : obj.items()) {
+    const std::string& key = item.key();
     bool known = std::any_of(allowed.begin(), allowed.end(), [&](const char* a) { return key == a; });
     if (!known) {
       std::string list;
@@ -416,7 +417,9 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
     const OpDef& def = registry.get(node.op);
     const ErrorContext ctx = at.context(node.name, node.op);
     if (ops[i].contains("attrs")) {
-      for (const auto& [key, value] : ops[i]["attrs"].items()) {
+      for (const auto& item : ops[i]["attrs"].items()) {
+        const std::string& key = item.key();
+        const json& value = item.value();
         auto spec = std::find_if(def.attrs.begin(), def.attrs.end(), [&](const AttrSpec& s) { return s.name == key; });
         node.attrs.values[key] = to_attr(value, spec == def.attrs.end() ? nullptr : &*spec, at / "attrs" / key, profile);
       }
@@ -474,6 +477,12 @@ std::vector<Graph> parse_json_graphs(std::string_view text, const std::string& d
     if (auto colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     TEC_USER_ERROR((ErrorContext{"json", "", "", display_name + ":" + line_and_column(text, e.byte ? e.byte - 1 : 0)}))
         << "malformed JSON: " << what;
+  } catch (const json::exception& e) {
+    // Not only parse_error: a number too large for 64 bits is an out_of_range (found by
+    // tests/fuzz/json_frontend_fuzz).
+    std::string what = e.what();
+    if (auto bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
+    TEC_USER_ERROR((ErrorContext{"json", "", "", display_name})) << "malformed JSON: " << what;
   }
   const Where root{m.file, ""};
   TEC_USER_CHECK(m.doc.is_object(), root.context()) << "a graph must be a JSON object, got " << m.doc.type_name();
