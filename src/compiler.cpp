@@ -71,10 +71,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
         << "plans for --mode train need the autodiff pass, which is not implemented yet; use --mode infer, or "
            "--dump-after usage to inspect the training layout";
     BuildRecord record = options.record;
-    char hex[17];
-    std::snprintf(hex, sizeof hex, "%016llx",
-                  static_cast<unsigned long long>(plan::checksum64(plan::read_whole_file(options.model_path))));
-    record.model_checksum = hex;
+    record.model_checksum = hex64(checksum64(plan::read_whole_file(options.model_path)));
     result.plan = build_plan(result.profiles, record);
   });
   return result;

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/hash.h"
+
 namespace tec::plan {
 
 inline constexpr char kMagic[8] = {'T', 'E', 'C', 'P', 'L', 'A', 'N', '\0'};
@@ -45,7 +47,6 @@ struct Trailer {
 };
 static_assert(sizeof(Trailer) == kTrailerBytes);
 
-// A fast 64-bit mix over 8-byte words (tail bytes zero-padded) with the length folded in.
-uint64_t checksum64(std::span<const uint8_t> bytes);
+using tec::checksum64;  // core/hash.h: over every byte before the trailer
 
 }  // namespace tec::plan

@@ -1,0 +1,11 @@
+# Embeds kernels/*.cu and *.cuh as strings: cmake -DKERNEL_DIR=... -DOUT=... -P embed_kernels.cmake
+file(GLOB files RELATIVE ${KERNEL_DIR} ${KERNEL_DIR}/*.cu ${KERNEL_DIR}/*.cuh)
+list(SORT files)
+set(body "// Generated from kernels/ by src/codegen/embed_kernels.cmake. Do not edit.\n#include \"codegen/kernel_sources.h\"\n\nnamespace tec::codegen {\n\nconst std::vector<KernelSource>& kernel_sources() {\n  static const std::vector<KernelSource> sources = {\n")
+foreach(f ${files})
+  file(READ ${KERNEL_DIR}/${f} text)
+  string(APPEND body "      {\"${f}\", R\"tec_kernel(${text})tec_kernel\"},\n")
+endforeach()
+string(APPEND body "  };\n  return sources;\n}\n\n}  // namespace tec::codegen\n")
+file(WRITE ${OUT}.tmp "${body}")
+file(COPY_FILE ${OUT}.tmp ${OUT} ONLY_IF_DIFFERENT)

@@ -1,0 +1,157 @@
+#include "codegen/nvrtc.h"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <thread>
+
+#include "codegen/kernel_sources.h"
+#include "core/error.h"
+#include "core/hash.h"
+
+namespace tec::codegen {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_nvrtc(nvrtcResult result, const char* call, const std::string& kernel) {
+  if (result != NVRTC_SUCCESS)
+    throw Error(ErrorKind::compile, ErrorContext{"codegen", kernel, "", ""},
+                std::string(call) + " failed: " + nvrtcGetErrorString(result));
+}
+
+std::vector<std::string> options_for(const KernelRequest& r) {
+  std::vector<std::string> options = {"--gpu-architecture=" + r.arch, "--std=c++17", "-default-device"};
+  for (const auto& d : r.defines) options.push_back("-D" + d);
+  return options;
+}
+
+bool looks_like_cubin(const std::vector<uint8_t>& bytes) {
+  return bytes.size() > 4 && std::memcmp(bytes.data(), "\x7f" "ELF", 4) == 0;
+}
+
+void write_atomically(const fs::path& path, const void* data, size_t size) {
+  fs::create_directories(path.parent_path());
+  const fs::path tmp = path.string() + ".tmp." + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!out) return;  // a cache that cannot be written is only slower
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) fs::remove(tmp, ec);
+}
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (const char* dir = std::getenv("TEC_CACHE_DIR"); dir && *dir) return dir;
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tec";
+  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tec";
+  return "";
+}
+
+std::string nvrtc_version() {
+  int major = 0, minor = 0;
+  check_nvrtc(nvrtcVersion(&major, &minor), "nvrtcVersion", "");
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+KernelCompiler::KernelCompiler(std::string cache_dir) : cache_dir_(std::move(cache_dir)) {}
+
+CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
+  const auto& sources = kernel_sources();
+  auto main = std::find_if(sources.begin(), sources.end(), [&](const KernelSource& s) { return s.name == request.source; });
+  TEC_INTERNAL_CHECK(main != sources.end(), {}) << "no kernel source '" << request.source << "'";
+  const std::vector<std::string> options = options_for(request);
+  // Key: everything that can change the cubin.
+  std::string key_text = "nvrtc " + nvrtc_version() + "\n";
+  for (const auto& o : options) key_text += o + "\n";
+  for (const auto& s : sources) key_text += s.name + "\n" + s.text + "\n";
+  CompiledKernel out;
+  out.cache_key = hex64(checksum64(key_text));
+  const std::string name = request.source.substr(0, request.source.find('.'));
+  const fs::path cached = cache_dir_.empty() ? fs::path() : fs::path(cache_dir_) / (name + "-" + out.cache_key + ".cubin");
+  if (!cache_dir_.empty() && fs::exists(cached)) {
+    std::ifstream in(cached, std::ios::binary);
+    out.cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (looks_like_cubin(out.cubin)) {
+      out.cache_hit = true;
+      return out;
+    }
+    out.cubin.clear();  // a damaged entry: compile again and overwrite it
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<const char*> header_texts, header_names;
+  for (const auto& s : sources)
+    if (s.name != request.source) {
+      header_texts.push_back(s.text.c_str());
+      header_names.push_back(s.name.c_str());
+    }
+  nvrtcProgram program = nullptr;
+  check_nvrtc(nvrtcCreateProgram(&program, main->text.c_str(), main->name.c_str(), static_cast<int>(header_texts.size()),
+                                 header_texts.data(), header_names.data()),
+              "nvrtcCreateProgram", name);
+  std::vector<const char*> option_ptrs;
+  for (const auto& o : options) option_ptrs.push_back(o.c_str());
+  const nvrtcResult result = nvrtcCompileProgram(program, static_cast<int>(option_ptrs.size()), option_ptrs.data());
+  size_t log_size = 0;
+  nvrtcGetProgramLogSize(program, &log_size);
+  std::string log(log_size, '\0');
+  if (log_size) nvrtcGetProgramLog(program, log.data());
+  if (result != NVRTC_SUCCESS) {
+    nvrtcDestroyProgram(&program);
+    // Keep the generated source so that the log's file:line can be opened.
+    std::string generated = "// " + request.source + " with:";
+    for (const auto& o : options) generated += " " + o;
+    generated += "\n#line 1 \"" + request.source + "\"\n" + main->text;
+    fs::path kept = (cache_dir_.empty() ? fs::temp_directory_path() : fs::path(cache_dir_)) / "failed" / (name + "-" + out.cache_key + ".cu");
+    write_atomically(kept, generated.data(), generated.size());
+    throw Error(ErrorKind::compile, ErrorContext{"codegen", name, "", request.source},
+                "NVRTC " + nvrtc_version() + " could not compile " + request.source + " for " + request.arch + " (" +
+                    nvrtcGetErrorString(result) + "; generated source kept at " + kept.string() + "):\n" + log);
+  }
+  size_t cubin_size = 0;
+  check_nvrtc(nvrtcGetCUBINSize(program, &cubin_size), "nvrtcGetCUBINSize", name);
+  out.cubin.resize(cubin_size);
+  check_nvrtc(nvrtcGetCUBIN(program, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN", name);
+  nvrtcDestroyProgram(&program);
+  out.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  if (!cache_dir_.empty()) write_atomically(cached, out.cubin.data(), out.cubin.size());
+  return out;
+}
+
+std::vector<CompiledKernel> KernelCompiler::compile(const std::vector<KernelRequest>& requests) const {
+  std::vector<CompiledKernel> results(requests.size());
+  std::vector<std::exception_ptr> errors(requests.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < requests.size(); i = next++) {
+      try {
+        results[i] = compile_one(requests[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, std::max<size_t>(1, requests.size()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  return results;
+}
+
+}  // namespace tec::codegen

@@ -1,0 +1,43 @@
+// Kernel compilation with NVRTC (ARCHITECTURE.md §6): a kernel template from kernels/,
+// specialised by defines, compiled to a cubin for one arch. Compiles run in parallel, and a
+// disk cache keyed by (source, headers, options, NVRTC version) makes an unchanged rebuild
+// near-instant. NVRTC needs no GPU.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tec::codegen {
+
+struct KernelRequest {
+  std::string source;                // file under kernels/, e.g. "quantize_per_tensor.cu"
+  std::vector<std::string> defines;  // "TEC_FP8_E4M3=1", ...
+  std::string arch = "sm_90";
+};
+
+struct CompiledKernel {
+  std::vector<uint8_t> cubin;
+  bool cache_hit = false;
+  double milliseconds = 0;  // compile time (0 for a hit)
+  std::string cache_key;
+};
+
+// $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, else ~/.cache/tec.
+std::string default_cache_dir();
+std::string nvrtc_version();
+
+class KernelCompiler {
+ public:
+  // An empty cache_dir disables the cache.
+  explicit KernelCompiler(std::string cache_dir);
+  // Compiles every request on a pool of threads; results in request order. A failure throws
+  // Error(compile) naming the kernel, the generated source kept on disk, and NVRTC's log
+  // (whose lines carry the source's file and line).
+  std::vector<CompiledKernel> compile(const std::vector<KernelRequest>& requests) const;
+
+ private:
+  CompiledKernel compile_one(const KernelRequest& request) const;
+  std::string cache_dir_;
+};
+
+}  // namespace tec::codegen

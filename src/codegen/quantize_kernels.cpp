@@ -1,0 +1,28 @@
+#include "codegen/quantize_kernels.h"
+
+#include <sstream>
+
+#include "core/error.h"
+
+namespace tec::codegen {
+
+KernelRequest per_tensor_quantize_kernel(const TensorProto& proto, const std::string& arch) {
+  TEC_INTERNAL_CHECK(proto.quantizer.has_value(), {}) << "quantize kernel for an unquantized tensor";
+  const Quantizer& q = *proto.quantizer;
+  TEC_UNSUPPORTED_CHECK(q.is_per_tensor() && proto.dtype == DType::bf16, {})
+      << "no GPU quantize kernel yet for " << q.str() << " from " << to_string(proto.dtype)
+      << " (per-tensor FP8 from bf16 only so far)";
+  std::ostringstream eps;
+  eps.precision(9);
+  eps << std::scientific << q.amax_epsilon << "f";
+  return KernelRequest{"quantize_per_tensor.cu",
+                       {"TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
+                        "TEC_ROWWISE=" + std::string(proto.usage.rowwise ? "1" : "0"),
+                        "TEC_COLUMNWISE=" + std::string(proto.usage.columnwise ? "1" : "0"),
+                        "TEC_DELAYED=" + std::string(q.kind == QuantizerKind::fp8_delayed ? "1" : "0"),
+                        "TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"),
+                        "TEC_AMAX_EPSILON=" + eps.str()},
+                       arch};
+}
+
+}  // namespace tec::codegen

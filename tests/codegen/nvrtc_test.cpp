@@ -1,0 +1,78 @@
+// Kernel compilation on a machine with no GPU: every variant of every kernel template
+// compiles with NVRTC to an sm_90 cubin, the disk cache hits on the second compile (and
+// heals a damaged entry), and a compile error shows the source's file and line.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "codegen/quantize_kernels.h"
+#include "test_util.h"
+
+namespace tec::codegen {
+
+namespace {
+std::string fresh_cache(const char* name) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tec_nvrtc_test_" + std::string(name) + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+std::vector<KernelRequest> every_quantize_variant() {
+  std::vector<KernelRequest> out;
+  for (auto q : {Quantizer::fp8_current(DType::fp8_e4m3), Quantizer::fp8_current(DType::fp8_e5m2, true, 1e-6f),
+                 Quantizer::fp8_delayed(DType::fp8_e4m3), Quantizer::fp8_delayed(DType::fp8_e5m2)})
+    for (Usage u : {Usage{true, false}, Usage{true, true}, Usage{false, true}})
+      out.push_back(per_tensor_quantize_kernel(TensorProto::dense({256, 512}, DType::bf16).with_quantizer(q).update_usage(u), "sm_90"));
+  return out;
+}
+}  // namespace
+
+TEST_CASE("every quantize kernel variant compiles to an sm_90 cubin; the second compile hits the cache") {
+  const auto requests = every_quantize_variant();
+  const KernelCompiler compiler(fresh_cache("variants"));
+  const auto first = compiler.compile(requests);
+  REQUIRE(first.size() == requests.size());
+  for (const auto& k : first) {
+    CHECK_FALSE(k.cache_hit);
+    REQUIRE(k.cubin.size() > 4);
+    CHECK(std::string(k.cubin.begin(), k.cubin.begin() + 4) == "\x7f" "ELF");
+  }
+  const auto second = compiler.compile(requests);
+  for (size_t i = 0; i < second.size(); ++i) {
+    CHECK(second[i].cache_hit);
+    CHECK(second[i].cubin == first[i].cubin);
+  }
+  MESSAGE("NVRTC " << nvrtc_version() << ": " << requests.size() << " variants, first compile " << first[0].milliseconds
+                   << " ms for one");
+}
+
+TEST_CASE("a damaged cache entry is compiled again and replaced") {
+  const std::string cache = fresh_cache("damaged");
+  const KernelCompiler compiler(cache);
+  const auto request = every_quantize_variant().front();
+  const auto good = compiler.compile({request}).at(0);
+  for (const auto& entry : std::filesystem::directory_iterator(cache))
+    if (entry.path().extension() == ".cubin") std::ofstream(entry.path(), std::ios::trunc) << "garbage";
+  const auto again = compiler.compile({request}).at(0);
+  CHECK_FALSE(again.cache_hit);
+  CHECK(again.cubin == good.cubin);
+  CHECK(compiler.compile({request}).at(0).cache_hit);
+}
+
+TEST_CASE("a compile error names the kernel, its source file and line, and keeps the generated source") {
+  KernelRequest bad = every_quantize_variant().front();
+  bad.defines.at(1) = "TEC_ROWWISE=(";  // breaks the kernel's first `#if TEC_ROWWISE`
+  const Error e = test::error_of([&] { (void)KernelCompiler(fresh_cache("error")).compile({bad}); });
+  CHECK(e.kind() == ErrorKind::compile);
+  CHECK(e.message().find("could not compile quantize_per_tensor.cu for sm_90") != std::string::npos);
+  CHECK(e.message().find("quantize_per_tensor.cu(") != std::string::npos);  // NVRTC's file(line): error
+  CHECK(e.message().find("generated source kept at") != std::string::npos);
+}
+
+TEST_CASE("quantizers without a kernel yet say so") {
+  const auto mx = TensorProto::dense({64, 64}, DType::bf16).with_quantizer(Quantizer::mxfp8(DType::fp8_e4m3));
+  CHECK(test::error_of([&] { (void)per_tensor_quantize_kernel(mx, "sm_90"); }).kind() == ErrorKind::unsupported);
+}
+
+}  // namespace tec::codegen
