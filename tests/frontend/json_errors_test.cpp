@@ -84,6 +84,8 @@ std::vector<BadCase> bad_cases() {
        "profile dims must list the same number of sizes"},
       {"unknown attribute", replace(kValid, R"({"hidden": "H"})", R"({"hiden": "H"})"), "graph.json /ops/0/attrs/hiden",
        "ln", "unknown attribute 'hiden' for op 'layernorm'; it takes: hidden, eps, zero_centered_gamma"},
+      {"unknown attribute with a list value", replace(kValid, R"({"hidden": "H"})", R"({"hidden": "H", "axes": ["T"]})"),
+       "graph.json /ops/0/attrs/axes", "ln", "unknown attribute 'axes' for op 'layernorm'"},
       {"missing attribute", replace(kValid, R"({"hidden": "H"})", "{}"), "graph.json /ops/0", "ln",
        "op 'layernorm' needs attribute 'hidden'"},
       {"attribute of the wrong type", replace(kValid, R"("out_features": "F")", R"("out_features": 2.5)"),

@@ -305,12 +305,10 @@ void parse_weights(Model& m) {
 }
 
 AttrValue to_attr(const json& v, const AttrSpec* spec, const Where& at, const std::map<std::string, int64_t>& profile) {
-  const AttrType type = spec ? spec->type
-                             : v.is_boolean()         ? AttrType::bool_
-                             : v.is_number_integer()  ? AttrType::int_
-                             : v.is_number()          ? AttrType::float_
-                             : v.is_array()           ? AttrType::ints
-                                                      : AttrType::string_;
+  // An attribute the op does not take is kept as text: check_and_default_attributes then
+  // reports it as unknown, with the list of those the op takes.
+  if (!spec) return v.dump();
+  const AttrType type = spec->type;
   switch (type) {
     case AttrType::int_:
       if (v.is_string()) return resolve_dim(v, at, profile);
