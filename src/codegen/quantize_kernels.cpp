@@ -25,4 +25,10 @@ KernelRequest per_tensor_quantize_kernel(const TensorProto& proto, const std::st
                        arch};
 }
 
+KernelRequest delayed_update_kernel(int amax_history_len, const std::string& arch) {
+  TEC_UNSUPPORTED_CHECK(amax_history_len >= 1 && amax_history_len <= kMaxGpuAmaxHistory, {})
+      << "amax_history_len " << amax_history_len << " has no GPU kernel yet (at most " << kMaxGpuAmaxHistory << ")";
+  return KernelRequest{"delayed_scaling_update.cu", {"TEC_HISTORY_LEN=" + std::to_string(amax_history_len)}, arch};
+}
+
 }  // namespace tec::codegen

@@ -24,6 +24,7 @@ std::vector<KernelRequest> every_quantize_variant() {
                  Quantizer::fp8_delayed(DType::fp8_e4m3), Quantizer::fp8_delayed(DType::fp8_e5m2)})
     for (Usage u : {Usage{true, false}, Usage{true, true}, Usage{false, true}})
       out.push_back(per_tensor_quantize_kernel(TensorProto::dense({256, 512}, DType::bf16).with_quantizer(q).update_usage(u), "sm_90"));
+  for (int len : {1, 16, 1024, kMaxGpuAmaxHistory}) out.push_back(delayed_update_kernel(len, "sm_90"));
   return out;
 }
 }  // namespace
@@ -71,6 +72,7 @@ TEST_CASE("a compile error names the kernel, its source file and line, and keeps
 }
 
 TEST_CASE("quantizers without a kernel yet say so") {
+  CHECK(test::error_of([] { (void)delayed_update_kernel(kMaxGpuAmaxHistory + 1, "sm_90"); }).kind() == ErrorKind::unsupported);
   const auto mx = TensorProto::dense({64, 64}, DType::bf16).with_quantizer(Quantizer::mxfp8(DType::fp8_e4m3));
   CHECK(test::error_of([&] { (void)per_tensor_quantize_kernel(mx, "sm_90"); }).kind() == ErrorKind::unsupported);
 }

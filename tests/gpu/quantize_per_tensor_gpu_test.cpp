@@ -1,10 +1,7 @@
 // On the GPU: the NVRTC-compiled per-tensor FP8 quantize kernels (amax -> scale -> cast, with
 // the transposed copy) must write exactly the bytes of the CPU reference (data, transposed
 // data, scale_inv, and delayed scaling's staged amax), on seeded random bf16 data, with
-// outputs poisoned before each of several runs. Without a CUDA device it prints why and
-// exits 77, which ctest reports as skipped.
-#include <cuda_runtime.h>
-
+// outputs poisoned before each of several runs.
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,19 +12,11 @@
 #include "core/random.h"
 #include "reference/convert.h"
 #include "reference/quantize.h"
+#include "gpu_util.h"
+
+namespace tec::gpu_test {
 
 namespace {
-
-using namespace tec;
-
-#define CHECK_CUDA(call)                                                                             \
-  do {                                                                                               \
-    const cudaError_t err_ = (call);                                                                 \
-    if (err_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                  \
-    }                                                                                                \
-  } while (0)
 
 struct Case {
   Shape shape;
@@ -39,12 +28,10 @@ struct Case {
 std::map<BufferRole, std::vector<uint8_t>> run_on_gpu(const TensorProto& proto, const std::vector<uint16_t>& x_bits,
                                                       const std::vector<uint8_t>& cubin, float delayed_scale,
                                                       float& staged_amax) {
-  cudaLibrary_t library;
-  CHECK_CUDA(cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
-  cudaKernel_t amax_kernel, scale_kernel, cast_kernel;
-  CHECK_CUDA(cudaLibraryGetKernel(&amax_kernel, library, "tec_amax"));
-  CHECK_CUDA(cudaLibraryGetKernel(&scale_kernel, library, "tec_scale_from_amax"));
-  CHECK_CUDA(cudaLibraryGetKernel(&cast_kernel, library, "tec_cast"));
+  const Library library(cubin);
+  const void* amax_kernel = library.kernel("tec_amax");
+  const void* scale_kernel = library.kernel("tec_scale_from_amax");
+  const void* cast_kernel = library.kernel("tec_cast");
   const long long m = proto.shape.rows(), k = proto.shape.cols(), n = m * k;
   uint16_t* x;
   uint8_t *data, *transposed;
@@ -67,14 +54,14 @@ std::map<BufferRole, std::vector<uint8_t>> run_on_gpu(const TensorProto& proto, 
   } else {
     CHECK_CUDA(cudaMemset(amax, 0, 4));
     void* amax_args[] = {&x, const_cast<long long*>(&n), &amax};
-    CHECK_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(amax_kernel), dim3(264), dim3(256), amax_args, 0, nullptr));
+    CHECK_CUDA(cudaLaunchKernel(amax_kernel, dim3(264), dim3(256), amax_args, 0, nullptr));
     void* scale_args[] = {&amax, &scale};
-    CHECK_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(scale_kernel), dim3(1), dim3(1), scale_args, 0, nullptr));
+    CHECK_CUDA(cudaLaunchKernel(scale_kernel, dim3(1), dim3(1), scale_args, 0, nullptr));
   }
   long long mm = m, kk = k;
   void* cast_args[] = {&x, &mm, &kk, &scale, &data, &transposed, &scale_inv, &history0};
   const dim3 grid(static_cast<unsigned>((k + 31) / 32), static_cast<unsigned>((m + 31) / 32));
-  CHECK_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(cast_kernel), grid, dim3(32, 8), cast_args, 0, nullptr));
+  CHECK_CUDA(cudaLaunchKernel(cast_kernel, grid, dim3(32, 8), cast_args, 0, nullptr));
   CHECK_CUDA(cudaGetLastError());
   CHECK_CUDA(cudaDeviceSynchronize());
   std::map<BufferRole, std::vector<uint8_t>> out;
@@ -85,25 +72,12 @@ std::map<BufferRole, std::vector<uint8_t>> run_on_gpu(const TensorProto& proto, 
   CHECK_CUDA(cudaMemcpy(out[BufferRole::scale_inv].data(), scale_inv, 4, cudaMemcpyDeviceToHost));
   CHECK_CUDA(cudaMemcpy(&staged_amax, history0, 4, cudaMemcpyDeviceToHost));
   for (void* p : std::initializer_list<void*>{x, data, transposed, amax, scale, scale_inv, history0}) CHECK_CUDA(cudaFree(p));
-  CHECK_CUDA(cudaLibraryUnload(library));
   return out;
 }
 
 }  // namespace
 
-int main() {
-  int devices = 0;
-  const cudaError_t probe = cudaGetDeviceCount(&devices);
-  if (probe != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no CUDA device (%s); GPU tests run on the lent H100 (README.md, Tests)\n",
-                probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
-    return 77;
-  }
-  cudaDeviceProp prop{};
-  CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
-  const std::string arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
-  std::printf("device: %s (%s)\n", prop.name, arch.c_str());
-
+int quantize_per_tensor_test(const std::string& arch) {
   const std::vector<Case> cases = {
       {{1000, 4160}, Quantizer::fp8_current(DType::fp8_e4m3), {true, true}},
       {{4, 250, 4160}, Quantizer::fp8_current(DType::fp8_e4m3), {true, false}},
@@ -113,7 +87,7 @@ int main() {
       {{2048, 4096}, Quantizer::fp8_delayed(DType::fp8_e4m3), {true, true}},
       {{1000, 4160}, Quantizer::fp8_delayed(DType::fp8_e5m2), {false, true}},
   };
-  const codegen::KernelCompiler compiler((std::filesystem::temp_directory_path() / "tec_gpu_test_cache").string());
+  const codegen::KernelCompiler compiler(codegen::default_cache_dir());
   int failures = 0, seed = 0;
   for (const Case& c : cases) {
     const TensorProto proto = TensorProto::dense(c.shape, DType::bf16).with_quantizer(c.quantizer).update_usage(c.usage);
@@ -152,10 +126,11 @@ int main() {
         std::printf("  staged amax: gpu %g, reference %g\n", staged, want_staged);
       }
     }
-    std::printf("%-4s %-18s %-52s rowwise=%d columnwise=%d\n", same ? "ok" : "FAIL", c.shape.str().c_str(),
+    std::printf("%-4s quantize %-18s %-52s rowwise=%d columnwise=%d\n", same ? "ok" : "FAIL", c.shape.str().c_str(),
                 c.quantizer.str().c_str(), c.usage.rowwise, c.usage.columnwise);
     failures += !same;
   }
-  std::printf("%d passed, %d failed\n", static_cast<int>(cases.size()) - failures, failures);
-  return failures ? 1 : 0;
+  return failures;
 }
+
+}  // namespace tec::gpu_test

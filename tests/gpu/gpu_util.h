@@ -1,0 +1,42 @@
+// What the GPU tests share: checked CUDA calls, the visible skip without a device, and
+// loading an NVRTC cubin the way the runtime will (cudaLibraryLoadData, never libcuda).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#define CHECK_CUDA(call)                                                                                    \
+  do {                                                                                                      \
+    const cudaError_t err_ = (call);                                                                        \
+    if (err_ != cudaSuccess) {                                                                              \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::exit(1);                                                                                         \
+    }                                                                                                       \
+  } while (0)
+
+namespace tec::gpu_test {
+
+struct Library {
+  cudaLibrary_t library = nullptr;
+  explicit Library(const std::vector<uint8_t>& cubin) {
+    CHECK_CUDA(cudaLibraryLoadData(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0));
+  }
+  ~Library() { cudaLibraryUnload(library); }
+  Library(const Library&) = delete;
+  Library& operator=(const Library&) = delete;
+  const void* kernel(const char* name) const {
+    cudaKernel_t k;
+    CHECK_CUDA(cudaLibraryGetKernel(&k, library, name));
+    return reinterpret_cast<const void*>(k);
+  }
+};
+
+// Each test returns its number of failed cases.
+int quantize_per_tensor_test(const std::string& arch);
+int delayed_update_test(const std::string& arch);
+
+}  // namespace tec::gpu_test
