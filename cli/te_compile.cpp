@@ -20,6 +20,7 @@ using tec::ErrorKind;
 
 const char* kFooter = R"(
 Examples:
+  te-compile examples/mlp_tiny.json -o mlp_tiny.teplan --recipe fp8-delayed   # write a plan
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
 
