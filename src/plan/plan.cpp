@@ -112,6 +112,10 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
   TEC_USER_CHECK(b.bytes == checked_mul(b.shape.numel(), storage_bytes(b.dtype)), r.ctx("bytes"))
       << "buffer '" << b.name << "' says " << b.bytes << " bytes, its shape and dtype need "
       << b.shape.numel() * storage_bytes(b.dtype);
+  // Offsets are 256-aligned (the planner's granularity): kernels and the reference read
+  // buffers as float arrays.
+  TEC_USER_CHECK(b.offset % static_cast<int64_t>(kBlobAlignment) == 0, r.ctx("offset"))
+      << "buffer '" << b.name << "' offset " << b.offset << " is not a multiple of " << kBlobAlignment;
   const int64_t limit = b.region == "constants" ? constant_bytes : arena_bytes;
   TEC_USER_CHECK(b.offset <= limit && b.bytes <= limit - b.offset, r.ctx("offset"))
       << "buffer '" << b.name << "' [" << b.offset << ", +" << b.bytes << ") lies outside its region of " << limit

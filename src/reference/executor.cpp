@@ -134,12 +134,16 @@ void Session::store(const plan::Tensor& t, std::vector<float> values) {
   BufferMap map;
   for (const auto& [role, index] : t.buffers) map[role] = bytes_of(profile_.buffers[static_cast<size_t>(index)]);
   QuantizeState state;
+  float staged = 0.0f;  // amax_history[0], copied: arena bytes are never aliased as float
+  std::span<uint8_t> history;
   if (t.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
     std::memcpy(&state.delayed_scale, bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]).data(), 4);
-    // amax_history[0], the staging slot; the bytes are 4-byte aligned in the arena.
-    state.delayed_amax = reinterpret_cast<float*>(bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]).data());
+    history = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]);
+    std::memcpy(&staged, history.data(), 4);
+    state.delayed_amax = &staged;
   }
   quantize(t.proto, values, map, plan_.target, state);
+  if (!history.empty()) std::memcpy(history.data(), &staged, 4);
 }
 
 void Session::run() {
