@@ -4,7 +4,9 @@
 
 #include <doctest/doctest.h>
 
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <sstream>
 #include <string>
@@ -59,6 +61,12 @@ inline const Node& node_named(const Graph& g, const std::string& name) {
 }
 
 inline std::string source_dir() { return TEC_SOURCE_DIR; }
+
+// A whole file as bytes in a string (regression inputs, fixtures).
+inline std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
 
 // A random graph over [T, H] values: elementwise ops, norms, linears H->H and residual adds.
 inline std::string random_graph(std::mt19937& rng) {

@@ -3,7 +3,6 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "test_util.h"
 
@@ -128,8 +127,7 @@ TEST_CASE("fuzzer findings stay fixed: each regression input gives a clear error
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (entry.path().extension() != ".json") continue;
     CAPTURE(entry.path().string());
-    std::ifstream in(entry.path(), std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = test::read_text(entry.path().string());
     try {
       (void)test::compile_text(text);
     } catch (const Error& e) {

@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "compiler.h"
@@ -155,8 +154,7 @@ TEST_CASE("misaligned buffer offsets are rejected; fuzzer manifests replay clean
   for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
     if (entry.path().extension() != ".manifest") continue;
     CAPTURE(entry.path().string());
-    std::ifstream in(entry.path(), std::ios::binary);
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = test::read_text(entry.path().string());
     const auto bytes = plan::assemble_plan(text, std::span(good.data() + h.blobs_offset, h.blobs_size));
     try {
       const plan::Plan p = plan::Plan::load(bytes, "regression.teplan");
