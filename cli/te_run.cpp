@@ -130,23 +130,6 @@ int main(int argc, char** argv) {
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
   return tec::cli::run_reporting_errors("te-run", [&]() -> int {
     const tec::plan::Plan plan = tec::plan::Plan::load_file(plan_path);
-    if (do_inspect) inspect(plan);
-    if (!dot.empty()) {
-      size_t index = 0;
-      std::map<std::string, int64_t> wanted;
-      for (const auto& s : shapes) {
-        auto [dim, value] = split_assignment(s, "--shape");
-        wanted[dim] = std::atoll(value.c_str());
-      }
-      if (!wanted.empty()) index = static_cast<size_t>(&plan.profile(wanted) - plan.profiles.data());
-      const std::string text = tec::plan::plan_to_dot(plan.manifest, index);
-      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-      std::fprintf(stderr, "wrote %s\n", dot.c_str());
-    }
-    if (do_inspect || !dot.empty()) return 0;
-    if (backend == "gpu")
-      throw tec::Error(ErrorKind::unsupported, {},
-                       "the GPU backend is not implemented yet (README.md, \"Status\"); run with --backend cpu");
     std::map<std::string, int64_t> dims;
     for (const auto& s : shapes) {
       auto [dim, value] = split_assignment(s, "--shape");
@@ -155,6 +138,17 @@ int main(int argc, char** argv) {
       if (*end != '\0') throw tec::Error(ErrorKind::usage, {}, "--shape " + s + ": not an integer size");
       dims[dim] = v;
     }
+    if (do_inspect) inspect(plan);
+    if (!dot.empty()) {
+      const size_t index = dims.empty() ? 0 : static_cast<size_t>(&plan.profile(dims) - plan.profiles.data());
+      const std::string text = tec::plan::plan_to_dot(plan.manifest, index);
+      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      std::fprintf(stderr, "wrote %s\n", dot.c_str());
+    }
+    if (do_inspect || !dot.empty()) return 0;
+    if (backend == "gpu")
+      throw tec::Error(ErrorKind::unsupported, {},
+                       "the GPU backend is not implemented yet (README.md, \"Status\"); run with --backend cpu");
     const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
     std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),
                 dims.empty() && plan.profiles.size() > 1 ? " (the first; pick another with --shape)" : "");

@@ -60,12 +60,6 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
   return blob;
 }
 
-json attrs_to_json(const Attributes& attrs) {
-  json j = json::object();
-  for (const auto& [name, value] : attrs.values) j[name] = std::visit([](const auto& x) { return json(x); }, value);
-  return j;
-}
-
 json profile_manifest(const CompiledProfile& p) {
   const Graph& g = p.graph;
   json buffers = json::array();
@@ -106,7 +100,7 @@ json profile_manifest(const CompiledProfile& p) {
     json ops = json::array();
     for (NodeId n : s.nodes) {
       const Node& node = g.node(n);
-      json op{{"node", node.name}, {"op", node.op}, {"attrs", attrs_to_json(node.attrs)}, {"inputs", json::array()},
+      json op{{"node", node.name}, {"op", node.op}, {"attrs", attributes_to_json(node.attrs)}, {"inputs", json::array()},
               {"outputs", json::array()}};
       for (ValueId in : node.inputs) op["inputs"].push_back(g.value(in).name);
       for (ValueId out : node.outputs) op["outputs"].push_back(g.value(out).name);

@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <array>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -48,6 +49,14 @@ std::string dtype_names() {
 }
 
 int64_t storage_bytes(DType dtype) { return info(dtype).bytes; }
+
+float fp16_to_float(uint16_t h) {
+  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
+                  : e == 31 ? (m ? NAN : INFINITY)
+                            : std::ldexp(static_cast<float>(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
 
 bool is_float8(DType dtype) { return dtype == DType::fp8_e4m3 || dtype == DType::fp8_e5m2; }
 

@@ -31,6 +31,8 @@ int64_t storage_bytes(DType dtype);
 bool is_float8(DType dtype);
 // The largest finite value of an FP8/FP4 format (448, 57344, 6).
 float max_finite(DType dtype);
+// IEEE half precision bits to float (exact). Used by every reader of fp16 data.
+float fp16_to_float(uint16_t bits);
 // Names accepted by parse_dtype, for error messages.
 std::string dtype_names();
 

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace tec {
@@ -92,10 +93,7 @@ NpyArray read_npy(const std::string& path) {
       std::memcpy(&d, p, 8);
       out.values[k] = static_cast<float>(d);
     } else {
-      const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
-      const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-      float v = e == 0 ? std::ldexp(static_cast<float>(m), -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(static_cast<float>(1024 + m), e - 25);
-      out.values[k] = (h & 0x8000) ? -v : v;
+      out.values[k] = fp16_to_float(static_cast<uint16_t>(p[0] | (p[1] << 8)));
     }
   }
   return out;

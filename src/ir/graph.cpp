@@ -1,5 +1,6 @@
 #include "ir/graph.h"
 
+#include <nlohmann/json.hpp>
 #include <set>
 
 namespace tec {
@@ -13,6 +14,12 @@ std::string_view to_string(ValueKind kind) {
     case ValueKind::weight: return "weight";
   }
   return "?";
+}
+
+nlohmann::json attributes_to_json(const Attributes& attrs) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, value] : attrs.values) j[name] = std::visit([](const auto& v) { return nlohmann::json(v); }, value);
+  return j;
 }
 
 int64_t Attributes::get_int(const std::string& name, int64_t fallback) const {

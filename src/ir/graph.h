@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <variant>
@@ -57,6 +58,10 @@ struct Value {
 };
 
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
+
+struct Attributes;
+// The attributes as a JSON object (dumps and plan manifests).
+nlohmann::json attributes_to_json(const Attributes& attrs);
 
 struct Attributes {
   std::map<std::string, AttrValue> values;

@@ -29,10 +29,6 @@ json to_json(const TensorProto& p, const Target& target) {
   return j;
 }
 
-json to_json(const AttrValue& value) {
-  return std::visit([](const auto& v) { return json(v); }, value);
-}
-
 int64_t state_bytes_of(const Value& v) {
   int64_t bytes = 0;
   if (v.proto.quantizer)
@@ -102,9 +98,7 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
     json j{{"name", n.name}, {"op", n.op}, {"source", n.source}};
     for (ValueId in : n.inputs) j["inputs"].push_back(g.value(in).name);
     for (ValueId out : n.outputs) j["outputs"].push_back(g.value(out).name);
-    json attrs = json::object();
-    for (const auto& [name, value] : n.attrs.values) attrs[name] = to_json(value);
-    j["attrs"] = std::move(attrs);
+    j["attrs"] = attributes_to_json(n.attrs);
     for (const auto& s : n.saved) {
       json saved{{"name", s.name}, {"proto", to_json(s.proto, g.target)}};
       if (s.aliases_input >= 0) {

@@ -140,12 +140,5 @@ uint16_t float_to_fp16(float x) {
   return sign | static_cast<uint16_t>(((e + 15) << 10) | (static_cast<uint32_t>(rounded / std::ldexp(1.0, e - 10)) - 1024));
 }
 
-float fp16_to_float(uint16_t h) {
-  const int e = (h >> 10) & 0x1F, m = h & 0x3FF;
-  float v = e == 0 ? std::ldexp(static_cast<float>(m), -24)
-            : e == 31 ? (m ? NAN : INFINITY)
-                      : std::ldexp(static_cast<float>(1024 + m), e - 25);
-  return (h & 0x8000) ? -v : v;
-}
 
 }  // namespace tec::reference

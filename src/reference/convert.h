@@ -25,8 +25,7 @@ float bf16_to_float(uint16_t bits);
 // x rounded through bf16, as a float (the values a bf16 tensor can hold).
 inline float round_to_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
 
-// IEEE half precision, round to nearest even.
+// IEEE half precision, round to nearest even (decode: tec::fp16_to_float in core/dtype.h).
 uint16_t float_to_fp16(float x);
-float fp16_to_float(uint16_t bits);
 
 }  // namespace tec::reference

@@ -24,7 +24,8 @@ const plan::Tensor& tensor_named(const plan::Profile& p, const std::string& name
 // Re-checks one op of an untrusted plan with the op's own definition: its attributes, its
 // parameters' shapes, and the output shapes its fake forward gives. Then the CPU reference
 // can index its inputs without reading out of bounds.
-void check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Step& step, const plan::Op& op) {
+// Returns the op's attributes with defaults filled in, for every run to use.
+Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Step& step, const plan::Op& op) {
   const ErrorContext ctx = step_context(step, op);
   const OpDef* def = builtin_ops().find(op.op);
   TEC_USER_CHECK(def != nullptr, ctx) << "the plan uses op '" << op.op << "', unknown to this tec";
@@ -66,14 +67,17 @@ void check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::
         << "output '" << op.outputs[i] << "' is planned as " << planned.shape.str() << ", the op makes "
         << result.outputs[i].shape.str();
   }
+  return node.attrs;
 }
 
 }  // namespace
 
 Session::Session(const plan::Plan& plan, const plan::Profile& profile)
     : plan_(plan), profile_(profile), arena_(static_cast<size_t>(plan.arena_bytes), 0) {
-  for (const plan::Step& step : profile_.steps)
-    for (const plan::Op& op : step.ops) check_op(plan_, profile_, step, op);
+  for (const plan::Step& step : profile_.steps) {
+    attrs_.emplace_back();
+    for (const plan::Op& op : step.ops) attrs_.back().push_back(check_op(plan_, profile_, step, op));
+  }
   for (const auto& [name, t] : profile_.tensors) {
     auto scale = t.state.find("scale");
     if (scale == t.state.end()) continue;
@@ -152,13 +156,14 @@ void Session::run() {
       auto bytes = bytes_of(b);
       std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
     }
-  for (const plan::Step& step : profile_.steps) {
+  for (size_t s = 0; s < profile_.steps.size(); ++s) {
+    const plan::Step& step = profile_.steps[s];
     std::map<std::string, HostTensor> in_registers;  // values that live inside this step
-    for (const plan::Op& op : step.ops) {
+    for (size_t o = 0; o < step.ops.size(); ++o) {
+      const plan::Op& op = step.ops[o];
       const ErrorContext ctx = step_context(step, op);
       const OpDef& def = builtin_ops().get(op.op);
-      Attributes attrs = op.attrs;
-      check_and_default_attributes(def, attrs, ctx);
+      const Attributes& attrs = attrs_[s][o];  // checked and defaulted once, in the constructor
       std::vector<HostTensor> inputs;
       for (const std::string& name : op.inputs) {
         auto reg = in_registers.find(name);

@@ -39,6 +39,7 @@ class Session {
   const plan::Plan& plan_;
   const plan::Profile& profile_;
   std::vector<uint8_t> arena_;
+  std::vector<std::vector<Attributes>> attrs_;  // per step, per op: checked, defaults filled
 };
 
 }  // namespace tec::reference

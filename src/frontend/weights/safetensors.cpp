@@ -23,15 +23,6 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
   return std::nullopt;
 }
 
-float half_to_float(uint16_t h) {
-  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1f, mant = h & 0x3ffu;
-  if (exp == 0) {  // zero or subnormal: mant * 2^-24
-    const float v = static_cast<float>(mant) * 0x1p-24f;
-    return sign ? -v : v;
-  }
-  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
 
 }  // namespace
 
@@ -108,7 +99,7 @@ std::vector<float> read_tensor_as_float(const SafetensorsIndex& index, const Saf
       std::memcpy(&out[i], &raw[4 * i], 4);
     } else {
       const auto bits = static_cast<uint16_t>(raw[2 * i] | (raw[2 * i + 1] << 8));
-      out[i] = entry.dtype == DType::bf16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : half_to_float(bits);
+      out[i] = entry.dtype == DType::bf16 ? std::bit_cast<float>(static_cast<uint32_t>(bits) << 16) : fp16_to_float(bits);
     }
   }
   return out;
