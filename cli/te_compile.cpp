@@ -172,18 +172,20 @@ int main(int argc, char** argv) {
   app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
   app.add_flag("--tune", tune, "time GEMM algorithms on this machine's GPU (not implemented yet)");
-  app.add_option("--cache-dir", cache_dir, "kernel cache folder (not implemented yet)");
+  app.add_option("--cache-dir", cache_dir, "NVRTC kernel cache folder (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
+                                           "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
   app.add_flag("-q,--quiet", quiet, "no progress output");
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
 
   return tec::cli::run_reporting_errors("te-compile", [&]() -> int {
     if (tune) not_implemented("--tune");
-    if (!cache_dir.empty()) not_implemented("--cache-dir");
 
     tec::CompileOptions options;
     options.model_path = model;
     options.disabled.insert(disabled.begin(), disabled.end());
+    options.archs = archs;
+    if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
@@ -236,6 +238,13 @@ int main(int argc, char** argv) {
         print_summary(summary, p.graph);
         if (!p.schedule.steps.empty()) print_plan_summary(summary, p);
       }
+      if (result.code.modules.empty() && result.plan)
+        std::fprintf(summary, "GPU: no GPU code: %s\n", result.profiles.at(0).gpu.reason.c_str());
+      else if (result.plan)
+        std::fprintf(summary, "GPU: %d kernel module(s) for %s, %d from the cache (%s), %.0f ms in NVRTC\n",
+                     result.codegen.modules, [&] { std::string a; for (const auto& x : result.code.archs) a += (a.empty() ? "" : ",") + x; return a; }().c_str(), result.codegen.cache_hits,
+                     cache_dir.empty() ? tec::codegen::default_cache_dir().c_str() : cache_dir.c_str(),
+                     result.codegen.compile_milliseconds);
       if (dump_after.empty() && output.empty()) std::fprintf(summary, "no plan written (pass -o PLAN to write one)\n");
     }
     if (time_passes)

@@ -13,6 +13,7 @@
 #include "plan/plan.h"
 #include "reference/executor.h"
 #include "cli_common.h"
+#include "gpu_backend.h"
 #include "tec/version.h"
 
 namespace {
@@ -21,15 +22,17 @@ using tec::ErrorKind;
 
 const char* kFooter = R"(
 Examples:
+  te-run mlp.teplan --verify-cpu                          # GPU vs the CPU reference, step by step, then a benchmark
+  te-run mlp.teplan --iterations 500 --json report.json   # latency p50/p90/p99, TFLOP/s, graph vs eager
+  te-run mlp.teplan --profile --trace trace.json          # per-step times; a Chrome trace for Perfetto
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
-  te-run mlp.teplan --inspect                             # buffers, steps, GEMMs and fusions
+  te-run mlp.teplan --inspect                             # buffers, steps, launches, GEMMs and fusions
 
 Exit codes:
-  0 success            2 usage error          3 invalid plan or input
-  4 unsupported (e.g. the GPU backend, not implemented yet)      6 I/O error      70 internal error
-
-The GPU backend (the default, --backend gpu) is not implemented yet: use --backend cpu.)";
+  0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input
+  4 unsupported (e.g. a plan with no GPU code)             6 I/O error
+  7 device error (no CUDA device, out of memory, a failed CUDA or cuBLASLt call)    70 internal error)";
 
 std::string profile_name(const std::map<std::string, int64_t>& dims) {
   std::string out;
@@ -115,21 +118,33 @@ int main(int argc, char** argv) {
   std::string plan_path, backend = "gpu", save_dir, dot;
   std::vector<std::string> inputs, shapes;
   uint64_t seed = 0;
-  int iterations = 1;
-  bool do_inspect = false;
+  int iterations = 0, warmup = 10;
+  bool do_inspect = false, no_graph = false, verify_cpu = false, profile_steps = false;
+  std::string json_path, trace_path;
   app.add_option("PLAN", plan_path, ".teplan file from te-compile")->required();
-  app.add_option("--backend", backend, "gpu (default; not implemented yet) or cpu (the reference executor)")
+  app.add_option("--backend", backend, "gpu (default: the plan's CUDA graph) or cpu (the reference executor)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
   app.add_option("--input", inputs, "an input from .npy: NAME=FILE (repeatable); others are seeded random N(0,1)");
   app.add_option("--save-outputs", save_dir, "write every output as DIR/NAME.npy (float32)");
   app.add_option("--seed", seed, "seed for random inputs (default 0)");
   app.add_option("--shape", shapes, "pick the profile: DIM=SIZE (repeatable); needed when the plan has several");
-  app.add_option("--iterations", iterations, "runs (delayed scaling state carries over between runs)")->check(CLI::Range(1, 1000000));
+  app.add_option("--iterations", iterations,
+                 "runs: timed GPU runs (default 100), or CPU runs (default 1); delayed scaling state carries over")
+      ->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", warmup, "untimed GPU runs before timing (default 10)")->check(CLI::Range(0, 1000000));
+  app.add_flag("--no-graph", no_graph, "GPU: time eager launches only, no CUDA graph replay");
+  app.add_flag("--verify-cpu", verify_cpu,
+               "GPU: run the same inputs on the CPU reference; per output |out-ref|/|ref| and max error, per step "
+               "whether its outputs match bit for bit (exit 1 on a mismatch)");
+  app.add_flag("--profile", profile_steps, "GPU: per-step time table (eager, events after each step)");
+  app.add_option("--json", json_path, "GPU: write the report (latency, throughput, verification) as JSON");
+  app.add_option("--trace", trace_path, "GPU: write a Chrome trace of the steps (chrome://tracing, Perfetto)");
   app.add_flag("--inspect", do_inspect, "print the plan's buffers, steps, GEMMs and fusions, and exit");
   app.add_option("--dot", dot, "write a Graphviz picture of the steps of the first profile (or --shape's), and exit");
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
   return tec::cli::run_reporting_errors("te-run", [&]() -> int {
-    const tec::plan::Plan plan = tec::plan::Plan::load_file(plan_path);
+    auto shared_plan = std::make_shared<const tec::plan::Plan>(tec::plan::Plan::load_file(plan_path));
+    const tec::plan::Plan& plan = *shared_plan;
     std::map<std::string, int64_t> dims;
     for (const auto& s : shapes) {
       auto [dim, value] = split_assignment(s, "--shape");
@@ -146,9 +161,24 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "wrote %s\n", dot.c_str());
     }
     if (do_inspect || !dot.empty()) return 0;
-    if (backend == "gpu")
-      throw tec::Error(ErrorKind::unsupported, {},
-                       "the GPU backend is not implemented yet (README.md, \"Status\"); run with --backend cpu");
+    if (backend == "gpu") {
+      tec::cli::GpuRunOptions o;
+      o.dims = dims;
+      for (const auto& in : inputs) o.inputs.push_back(split_assignment(in, "--input"));
+      o.seed = seed;
+      o.iterations = iterations ? iterations : 100;
+      o.warmup = warmup;
+      o.no_graph = no_graph;
+      o.verify_cpu = verify_cpu;
+      o.profile = profile_steps;
+      o.json_path = json_path;
+      o.trace_path = trace_path;
+      o.save_dir = save_dir;
+      return tec::cli::run_gpu(shared_plan, o);
+    }
+    if (verify_cpu || profile_steps || no_graph || !json_path.empty() || !trace_path.empty())
+      throw tec::Error(ErrorKind::usage, {}, "--verify-cpu, --profile, --no-graph, --json and --trace are GPU options");
+    if (iterations == 0) iterations = 1;
     const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
     std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),
                 dims.empty() && plan.profiles.size() > 1 ? " (the first; pick another with --shape)" : "");

@@ -2,7 +2,8 @@
 function(tec_target_defaults target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
                                            -Wimplicit-fallthrough
-                                           -Wno-missing-field-initializers)  # designated initializers omit fields on purpose
+                                           -Wno-missing-field-initializers  # designated initializers omit fields on purpose
+                                           -ffp-contract=off)  # no FMA contraction: the CPU reference computes the GPU's bits (kernels/tec_math.h)
   if(TEC_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()
@@ -17,7 +18,7 @@ endfunction()
 function(tec_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
   add_library(${name} STATIC ${ARG_SOURCES})
-  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+  target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/kernels)
   target_link_libraries(${name} PUBLIC ${ARG_DEPS})
   tec_target_defaults(${name})
 endfunction()

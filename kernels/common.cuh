@@ -42,3 +42,85 @@ __device__ __forceinline__ u8 tec_encode(float x) { return tec_encode_fp8<2, 15,
 __device__ __forceinline__ void tec_atomic_amax(float* target, float value) {
   atomicMax((u32*)target, __float_as_uint(value));
 }
+
+// LAYOUTS.md §1.6 / §3.2: scale = fp8_max / amax with TE's edge cases, as
+// reference::scale_from_amax.
+__device__ __forceinline__ float tec_scale_from_amax_value(float amax, float fp8_max, bool pow2, float epsilon,
+                                                           float overflow) {
+  if (amax < epsilon) amax = epsilon;
+  float scale;
+  if (amax == 0.0f || isinf(amax) || isnan(amax)) {
+    scale = 1.0f;
+  } else {
+    scale = __fdiv_rn(fp8_max, amax);
+    if (isinf(scale)) scale = overflow;
+  }
+  if (pow2) scale = __uint_as_float(__float_as_uint(scale) & 0xFF800000u);
+  return scale;
+}
+
+// Decodings, exact, as reference/convert.cpp.
+__device__ __forceinline__ float tec_e4m3_to_float(u8 code) {
+  const u32 magnitude = code & 0x7Fu;
+  float v;
+  if (magnitude == 0x7Fu) v = __uint_as_float(0x7FC00000u);
+  else if ((magnitude >> 3) == 0) v = (float)(magnitude & 7u) * 0.001953125f;  // 2^-9
+  else v = (float)(8u + (magnitude & 7u)) * __uint_as_float((u32)((int)(magnitude >> 3) - 10 + 127) << 23);
+  return (code & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ float tec_e5m2_to_float(u8 code) {
+  const u32 magnitude = code & 0x7Fu;
+  const u32 e = magnitude >> 2, m = magnitude & 3u;
+  float v;
+  if (e == 31u) v = m == 0 ? __uint_as_float(0x7F800000u) : __uint_as_float(0x7FC00000u);
+  else if (e == 0) v = (float)m * 1.52587890625e-05f;  // 2^-16
+  else v = (float)(4u + m) * __uint_as_float((u32)((int)e - 17 + 127) << 23);
+  return (code & 0x80u) ? -v : v;
+}
+__device__ __forceinline__ float tec_e2m1_to_float(u8 code) {
+  const float magnitudes[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  const float v = magnitudes[code & 7u];
+  return (code & 8u) ? -v : v;
+}
+__device__ __forceinline__ float tec_e8m0_to_float(u8 code) {
+  if (code == 0xFFu) return __uint_as_float(0x7FC00000u);
+  if (code == 0) return __uint_as_float(0x00400000u);  // 2^-127
+  return __uint_as_float((u32)code << 23);
+}
+
+// E2M1 with round to nearest even and saturation; NaN -> 0x7 (the reference's choice).
+__device__ __forceinline__ u8 tec_float_to_e2m1(float x) {
+  if (isnan(x)) return 0x7;
+  const u8 sign = (__float_as_uint(x) >> 31) ? 8 : 0;
+  const float a = fabsf(x);
+  u8 code;
+  if (a <= 0.25f) code = 0;
+  else if (a < 0.75f) code = 1;
+  else if (a <= 1.25f) code = 2;
+  else if (a < 1.75f) code = 3;
+  else if (a <= 2.5f) code = 4;
+  else if (a < 3.5f) code = 5;
+  else if (a <= 5.0f) code = 6;
+  else code = 7;
+  return sign | code;
+}
+
+// LAYOUTS.md §2.2 step 3: the biased exponent of v rounded toward +inf, saturated.
+__device__ __forceinline__ u8 tec_float_to_e8m0_round_up(float v) {
+  if (isnan(v)) return 0xFF;
+  if (isinf(v) && v > 0) return 0xFE;
+  const u32 bits = __float_as_uint(v);
+  const u32 exponent = (bits >> 23) & 0xFFu, mantissa = bits & 0x7FFFFFu;
+  if (v == 0.0f) return 0;
+  if (exponent == 0) return v <= __uint_as_float(0x00400000u) ? 0 : 1;
+  if (mantissa != 0 && exponent != 0xFEu) return (u8)(exponent + 1);
+  return (u8)exponent;
+}
+
+// bf16 with round to nearest even; NaN stays a quiet NaN (as reference float_to_bf16).
+__device__ __forceinline__ u16 tec_float_to_bf16(float x) {
+  u32 bits = __float_as_uint(x);
+  if (isnan(x)) return (u16)((bits >> 16) | 0x40u);
+  bits += 0x7FFFu + ((bits >> 16) & 1u);
+  return (u16)(bits >> 16);
+}

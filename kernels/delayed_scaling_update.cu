@@ -7,6 +7,7 @@
 struct TecDelayedTensor {
   float* history;     // [TEC_HISTORY_LEN]
   float* scale;       // [1]
+  float* scale_inv;   // [1] of the tensor's quantized data
   float scaled_max;   // fp8_max * 2^-margin
   int most_recent;    // amax algorithm: 1 most_recent, 0 max
 };
@@ -39,4 +40,11 @@ extern "C" __global__ void tec_delayed_update(const TecDelayedTensor* __restrict
       *t.scale = scale;
     }
   }
+}
+
+// Before each run: scale_inv = 1 / scale for every delayed tensor, so that tensors a GEMM
+// epilogue writes in FP8 (with the scale as its D scale) carry their scale_inv too.
+extern "C" __global__ void tec_delayed_scale_inv(const TecDelayedTensor* __restrict__ tensors, int count) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) *tensors[i].scale_inv = __fdiv_rn(1.0f, *tensors[i].scale);
 }

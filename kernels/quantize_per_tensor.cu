@@ -22,19 +22,7 @@ extern "C" __global__ void tec_amax(const u16* __restrict__ x, i64 n, float* __r
 
 // Current scaling (LAYOUTS.md §1.6), one thread: scale = fp8_max / amax with TE's edge cases.
 extern "C" __global__ void tec_scale_from_amax(const float* __restrict__ amax_in, float* __restrict__ scale_out) {
-  float amax = *amax_in;
-  if (amax < TEC_AMAX_EPSILON) amax = TEC_AMAX_EPSILON;
-  float scale;
-  if (amax == 0.0f || isinf(amax) || isnan(amax)) {
-    scale = 1.0f;
-  } else {
-    scale = __fdiv_rn(TEC_FP8_MAX, amax);
-    if (isinf(scale)) scale = 3.402823466e38f;
-  }
-#if TEC_POW2_SCALES
-  scale = __uint_as_float(__float_as_uint(scale) & 0xFF800000u);
-#endif
-  *scale_out = scale;
+  *scale_out = tec_scale_from_amax_value(*amax_in, TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
 }
 
 // q = sat_rn_fp8(x * scale); scale_inv = 1 / scale. Delayed scaling max-merges this tensor's

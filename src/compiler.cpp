@@ -64,15 +64,43 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   if (stop_after("fusion")) return result;
   run.step("schedule", [&] { each([](CompiledProfile& p) { p.schedule = schedule(p.graph, std::move(p.schedule)); }); });
   if (stop_after("schedule")) return result;
+  codegen::ModuleTable modules;
+  run.step("lower", [&] { each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules); }); });
+  if (stop_after("lower")) return result;
   run.step("memory_plan", [&] { each([](CompiledProfile& p) { p.memory = memory_plan(p.graph, p.schedule); }); });
   if (stop_after("memory_plan")) return result;
+  run.step("codegen", [&] {
+    bool gpu = true;
+    for (const CompiledProfile& p : result.profiles) gpu = gpu && p.gpu.supported;
+    result.code.archs = options.archs;
+    result.code.nvrtc_version = codegen::nvrtc_version();
+    if (!gpu) return;  // the plan says why; nothing to compile
+    result.code.modules = modules.requests();
+    std::vector<codegen::KernelRequest> requests;
+    for (const auto& arch : options.archs)
+      for (codegen::KernelRequest r : modules.requests()) {
+        r.arch = arch;
+        requests.push_back(std::move(r));
+      }
+    const auto compiled = codegen::KernelCompiler(options.cache_dir).compile(requests);
+    result.code.cubins.assign(modules.requests().size(), {});
+    for (size_t a = 0; a < options.archs.size(); ++a)
+      for (size_t m = 0; m < modules.requests().size(); ++m) {
+        const auto& c = compiled[a * modules.requests().size() + m];
+        result.code.cubins[m].push_back(c.cubin);
+        result.codegen.cache_hits += c.cache_hit ? 1 : 0;
+        result.codegen.compile_milliseconds += c.milliseconds;
+      }
+    result.codegen.modules = static_cast<int>(requests.size());
+  });
+  if (stop_after("codegen")) return result;
   run.step("plan", [&] {
     TEC_UNSUPPORTED_CHECK(result.profiles[0].graph.mode == Mode::infer, (ErrorContext{"plan", "", "", options.model_path}))
         << "plans for --mode train need the autodiff pass, which is not implemented yet; use --mode infer, or "
            "--dump-after usage to inspect the training layout";
     BuildRecord record = options.record;
     record.model_checksum = hex64(checksum64(plan::read_whole_file(options.model_path)));
-    result.plan = build_plan(result.profiles, record);
+    result.plan = build_plan(result.profiles, result.code, record);
   });
   return result;
 }

@@ -14,8 +14,8 @@
 namespace tec {
 
 // The steps in pipeline order; --dump-after takes one of these names.
-inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta",        "usage",
-                                                    "fusion",   "schedule",     "memory_plan", "plan"};
+inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta",        "usage",   "fusion",
+                                                    "schedule", "lower",        "memory_plan", "codegen", "plan"};
 // Passes --disable-pass may turn off.
 inline const std::vector<std::string> kOptionalPasses = {"fusion"};
 
@@ -25,6 +25,13 @@ struct CompileOptions {
   std::string dump_after;           // empty: run to the end
   std::set<std::string> disabled;   // from kOptionalPasses
   BuildRecord record;               // tool and options, for the plan's build record
+  std::vector<std::string> archs{"sm_90"};  // cubins for each
+  std::string cache_dir = codegen::default_cache_dir();  // "" disables the kernel cache
+};
+
+struct CodegenStats {
+  int modules = 0, cache_hits = 0;
+  double compile_milliseconds = 0;  // summed over the NVRTC compiles that missed the cache
 };
 
 struct PassTiming {
@@ -36,6 +43,8 @@ struct CompileResult {
   std::vector<CompiledProfile> profiles;  // filled as far as the pipeline ran
   std::optional<PlanParts> plan;          // after the "plan" step
   std::vector<PassTiming> timings;
+  GpuCode code;
+  CodegenStats codegen;
 };
 
 // Called as each pipeline step starts: (step number, step count, pass name).

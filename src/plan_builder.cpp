@@ -60,6 +60,60 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
   return blob;
 }
 
+json dtype_json(DType d) { return std::string(to_string(d)); }
+
+// The GPU launches of one profile, buffer names resolved to indices into its buffer list.
+json launches_manifest(const CompiledProfile& p) {
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < p.memory.buffers.size(); ++i) index[p.memory.buffers[i].name] = static_cast<int>(i);
+  auto ref = [&](const std::string& name) -> json {
+    if (name.empty()) return nullptr;
+    auto it = index.find(name);
+    TEC_INTERNAL_CHECK(it != index.end(), {}) << "the GPU lowering names buffer '" << name << "', which memory_plan did not place";
+    return it->second;
+  };
+  json out = json::array();
+  for (const codegen::Launch& l : p.gpu.launches) {
+    json j{{"step", l.step}, {"kind", std::string(codegen::to_string(l.kind))}};
+    switch (l.kind) {
+      case codegen::Launch::Kind::memset: j["buffer"] = ref(l.buffer); break;
+      case codegen::Launch::Kind::kernel: {
+        json args = json::array();
+        for (const auto& a : l.args) {
+          if (a.kind == codegen::LaunchArg::Kind::buffer) args.push_back({{"buffer", ref(a.buffer)}});
+          else if (a.kind == codegen::LaunchArg::Kind::value) args.push_back({{"value", a.value}});
+          else args.push_back(nullptr);
+        }
+        j.update({{"module", l.module}, {"entry", l.entry}, {"grid", l.grid}, {"block", l.block}, {"args", args}});
+        break;
+      }
+      case codegen::Launch::Kind::delayed_scale_inv:
+      case codegen::Launch::Kind::delayed_update: j.update({{"module", l.module}, {"entry", l.entry}}); break;
+      case codegen::Launch::Kind::gemm: {
+        const codegen::GemmLaunch& g = l.gemm;
+        auto operand = [&](const codegen::GemmOperand& o) {
+          return json{{"buffer", ref(o.buffer)}, {"type", dtype_json(o.type)}, {"scale_inv", ref(o.scale_inv)},
+                      {"scale_mode", o.scale_mode}};
+        };
+        j["gemm"] = {{"m", g.m},
+                     {"n", g.n},
+                     {"k", g.k},
+                     {"a", operand(g.a)},
+                     {"b", operand(g.b)},
+                     {"bias", ref(g.bias)},
+                     {"bias_type", dtype_json(g.bias_type)},
+                     {"epilogue", g.epilogue},
+                     {"c", ref(g.c)},
+                     {"d", {{"buffer", ref(g.d)}, {"type", dtype_json(g.d_type)}, {"scale", ref(g.d_scale)}, {"amax", ref(g.amax_d)}}},
+                     {"algo", "heuristic"}};
+        break;
+      }
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 json profile_manifest(const CompiledProfile& p) {
   const Graph& g = p.graph;
   json buffers = json::array();
@@ -106,7 +160,14 @@ json profile_manifest(const CompiledProfile& p) {
       for (ValueId out : node.outputs) op["outputs"].push_back(g.value(out).name);
       ops.push_back(std::move(op));
     }
-    steps.push_back({{"name", s.name}, {"kind", to_string(s.kind)}, {"deps", s.deps}, {"fusions", s.fusions}, {"ops", ops}});
+    json workspaces = json::array();
+    for (const Workspace& w : s.workspaces) workspaces.push_back(w.name);
+    steps.push_back({{"name", s.name},
+                     {"kind", to_string(s.kind)},
+                     {"deps", s.deps},
+                     {"fusions", s.fusions},
+                     {"workspaces", workspaces},
+                     {"ops", ops}});
   }
   json inputs = json::array(), outputs = json::array();
   for (ValueId id : g.inputs) inputs.push_back(g.value(id).name);
@@ -123,6 +184,7 @@ json profile_manifest(const CompiledProfile& p) {
               {"inputs", std::move(inputs)},
               {"outputs", std::move(outputs)},
               {"delayed", std::move(delayed)},
+              {"gpu", {{"supported", p.gpu.supported}, {"reason", p.gpu.reason}, {"launches", launches_manifest(p)}}},
               {"meta", {{"buffers", meta.buffers},
                         {"total_bytes", meta.total_bytes},
                         {"saved_bytes", meta.saved_bytes},
@@ -131,7 +193,7 @@ json profile_manifest(const CompiledProfile& p) {
 
 }  // namespace
 
-PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const BuildRecord& record) {
+PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record) {
   TEC_INTERNAL_CHECK(!profiles.empty(), {}) << "no profiles to build";
   const Graph& first = profiles[0].graph;
   // Weights do not depend on the profile dims, so every profile shares one constants blob.
@@ -150,11 +212,22 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const BuildRe
   }
   PlanParts parts;
   parts.blobs.push_back({"constants", build_constants(profiles[0])});
+  json modules = json::array();
+  for (size_t m = 0; m < code.modules.size(); ++m) {
+    json cubins = json::object();
+    for (size_t a = 0; a < code.archs.size(); ++a) {
+      const std::string blob = "cubin." + std::to_string(m) + "." + code.archs[a];
+      cubins[code.archs[a]] = blob;
+      parts.blobs.push_back({blob, code.cubins.at(m).at(a)});
+    }
+    modules.push_back({{"source", code.modules[m].source}, {"defines", code.modules[m].defines}, {"cubins", cubins}});
+  }
   parts.manifest = json{{"format", "tec-plan"},
                         {"name", first.name},
                         {"recipe", to_string(first.recipe.kind)},
                         {"mode", to_string(first.mode)},
-                        {"target", {{"archs", json::array({"sm_" + std::to_string(first.target.sm)})}}},
+                        {"target", {{"archs", code.archs}, {"layout_sm", first.target.sm}, {"nvrtc", code.nvrtc_version}}},
+                        {"modules", std::move(modules)},
                         {"build", {{"tool", record.tool}, {"options", record.options}, {"model_checksum", record.model_checksum}}},
                         {"arena_bytes", arena},
                         {"constant_bytes", profiles[0].memory.constant_bytes},

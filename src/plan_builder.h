@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "codegen/lower.h"
 #include "passes/memory_plan.h"
 #include "plan/file.h"
 
@@ -13,6 +14,16 @@ struct CompiledProfile {
   Graph graph;
   Schedule schedule;
   MemoryPlan memory;
+  codegen::GpuLowering gpu;
+};
+
+// The GPU code of a plan: the modules every profile's launches share, each compiled for
+// every target arch (cubins[module][arch]).
+struct GpuCode {
+  std::vector<codegen::KernelRequest> modules;  // arch left empty
+  std::vector<std::string> archs;               // "sm_90", ...
+  std::vector<std::vector<std::vector<uint8_t>>> cubins;
+  std::string nvrtc_version;
 };
 
 struct BuildRecord {
@@ -26,6 +37,6 @@ struct PlanParts {
   std::vector<plan::Blob> blobs;
 };
 
-PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const BuildRecord& record);
+PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record);
 
 }  // namespace tec

@@ -1,5 +1,5 @@
 # Embeds kernels/*.cu and *.cuh as strings: cmake -DKERNEL_DIR=... -DOUT=... -P embed_kernels.cmake
-file(GLOB files RELATIVE ${KERNEL_DIR} ${KERNEL_DIR}/*.cu ${KERNEL_DIR}/*.cuh)
+file(GLOB files RELATIVE ${KERNEL_DIR} ${KERNEL_DIR}/*.cu ${KERNEL_DIR}/*.cuh ${KERNEL_DIR}/*.h)
 list(SORT files)
 set(body "// Generated from kernels/ by src/codegen/embed_kernels.cmake. Do not edit.\n#include \"codegen/kernel_sources.h\"\n\nnamespace tec::codegen {\n\nconst std::vector<KernelSource>& kernel_sources() {\n  static const std::vector<KernelSource> sources = {\n")
 foreach(f ${files})

@@ -9,6 +9,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::unsupported: return "unsupported";
     case ErrorKind::compile: return "compile error";
     case ErrorKind::io: return "I/O error";
+    case ErrorKind::device: return "device error";
     case ErrorKind::internal: return "internal error";
   }
   return "error";
@@ -22,6 +23,7 @@ int exit_code(ErrorKind kind) {
     case ErrorKind::unsupported: return 4;
     case ErrorKind::compile: return 5;
     case ErrorKind::io: return 6;
+    case ErrorKind::device: return 7;
     case ErrorKind::internal: return 70;
   }
   return 70;

@@ -28,6 +28,7 @@ enum class ErrorKind {
   unsupported,  // valid input that tec cannot handle (yet)
   compile,      // code generation or NVRTC failed
   io,           // a file could not be read or written
+  device,       // no CUDA device, out of device memory, or a CUDA / cuBLASLt call failed
   internal,     // a bug in tec
 };
 

@@ -1,8 +1,7 @@
 // Activations: gelu (tanh and erf), relu, silu, and the gated swiglu/geglu that split the
 // last dim in half (TE's SwiGLU/GEGLU: act(first half) * second half). Each saves its input.
-#include <cmath>
-
 #include "ops/common.h"
+#include "tec_math.h"
 
 namespace tec {
 
@@ -10,13 +9,12 @@ namespace {
 
 using Activation = float (*)(float);
 
-float gelu_tanh(float x) {
-  const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
-  return 0.5f * x * (1.0f + std::tanh(inner));
-}
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678f)); }
-float relu(float x) { return x > 0.0f ? x : 0.0f; }
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+// The functions themselves are shared with the GPU kernels (kernels/tec_math.h), so that
+// both compute the same bits.
+float gelu_tanh(float x) { return tec_gelu_tanh(x); }
+float gelu_erf(float x) { return tec_gelu_erf(x); }
+float relu(float x) { return tec_relu(x); }
+float silu(float x) { return tec_silu(x); }
 
 // The elementwise function of an activation op, by name and attributes.
 Activation activation_function(const std::string& op, const Attributes& attrs) {

@@ -3,6 +3,7 @@
 // (wgrad) and W (dgrad) (LAYOUTS.md §0).
 #include <cmath>
 
+#include "core/parallel.h"
 #include "ops/common.h"
 
 namespace tec {
@@ -118,7 +119,9 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
   const HostTensor& w = in[1];
   const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
   HostTensor y{x.shape.with_last(n), std::vector<float>(static_cast<size_t>(m * n))};
-  for (int64_t r = 0; r < m; ++r)
+  // Rows split over threads; each element is still one sequential sum, so the result does
+  // not depend on the thread count.
+  parallel_for(m, [&](int64_t r) {
     for (int64_t j = 0; j < n; ++j) {
       float acc = 0.0f;
       const float* xr = &x.values[static_cast<size_t>(r * k)];
@@ -127,6 +130,7 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
       if (c.bias) acc += in[2].values[static_cast<size_t>(j)];
       y.values[static_cast<size_t>(r * n + j)] = acc;
     }
+  });
   return {std::move(y)};
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ops/common.h"
+#include "tec_math.h"
 
 namespace tec {
 
@@ -44,7 +45,8 @@ InferResult infer_norm(const InferContext& ctx, bool layernorm) {
   return r;
 }
 
-// Row statistics in fp32, as the GPU kernels compute them.
+// Row statistics in fp32, summed in the GPU row kernel's order (tec_row_sum_order), so that
+// a norm + quantize step matches the GPU bit for bit.
 std::vector<HostTensor> reference_norm(const Attributes& attrs, const std::vector<HostTensor>& in, bool layernorm) {
   const HostTensor& x = in[0];
   const int64_t m = x.shape.rows(), k = x.shape.cols();
@@ -54,12 +56,8 @@ std::vector<HostTensor> reference_norm(const Attributes& attrs, const std::vecto
   for (int64_t r = 0; r < m; ++r) {
     const float* row = &x.values[static_cast<size_t>(r * k)];
     float mean = 0.0f;
-    if (layernorm) {
-      for (int64_t i = 0; i < k; ++i) mean += row[i];
-      mean /= static_cast<float>(k);
-    }
-    float var = 0.0f;
-    for (int64_t i = 0; i < k; ++i) var += (row[i] - mean) * (row[i] - mean);
+    if (layernorm) mean = tec_row_sum_order(k, [&](int64_t i) { return row[i]; }) / static_cast<float>(k);
+    const float var = tec_row_sum_order(k, [&](int64_t i) { return (row[i] - mean) * (row[i] - mean); });
     const float rsigma = 1.0f / std::sqrt(var / static_cast<float>(k) + eps);
     for (int64_t i = 0; i < k; ++i) {
       float v = (row[i] - mean) * rsigma * (in[1].values[static_cast<size_t>(i)] + gamma_offset);

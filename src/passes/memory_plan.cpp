@@ -69,6 +69,12 @@ Lifetimes value_lifetimes(const Graph& g, const Schedule& s) {
 
 }  // namespace
 
+std::string value_buffer_name(const std::string& value, BufferRole role) { return value + "." + std::string(to_string(role)); }
+std::string state_buffer_name(const std::string& value, const std::string& state) { return value + ".state." + state; }
+std::string workspace_buffer_name(const std::string& step, const std::string& workspace, BufferRole role) {
+  return step + ".ws." + workspace + "." + std::string(to_string(role));
+}
+
 MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
   MemoryPlan plan;
   const int end = std::max(0, static_cast<int>(s.steps.size()) - 1);
@@ -98,16 +104,26 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
     else if (v.kind == ValueKind::input) region = Region::input;
     else if (g.is_output(id)) region = Region::output;
     for (const BufferSpec& spec : v.proto.buffers(g.target))
-      add(v.name, v.name + "." + std::string(to_string(spec.role)), spec, region, life.first[static_cast<size_t>(id)],
+      add(v.name, value_buffer_name(v.name, spec.role), spec, region, life.first[static_cast<size_t>(id)],
           life.last[static_cast<size_t>(id)]);
     // Delayed scaling state of activations; constant weights are quantized once, at compile
     // time, from their own amax, and keep no state.
     if (v.proto.quantizer && v.kind != ValueKind::weight)
       for (const StateBufferSpec& st : v.proto.quantizer->state_buffers())
-        add(v.name, v.name + ".state." + st.name,
+        add(v.name, state_buffer_name(v.name, st.name),
             BufferSpec{BufferRole::data, st.shape, st.dtype, checked_mul(st.shape.numel(), storage_bytes(st.dtype)), 4},
             Region::state, 0, end, st.name);
   }
+  for (size_t st = 0; st < s.steps.size(); ++st)
+    for (const Workspace& w : s.steps[st].workspaces)
+      for (const BufferSpec& spec : w.proto.buffers(g.target))
+        add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec, Region::scratch,
+            static_cast<int>(st), static_cast<int>(st));
+  for (size_t st = 0; st < s.steps.size(); ++st)
+    for (const Workspace& w : s.steps[st].workspaces)
+      for (const BufferSpec& spec : w.proto.buffers(g.target))
+        add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec, Region::scratch,
+            static_cast<int>(st), static_cast<int>(st));
   for (size_t st = 0; st < s.steps.size(); ++st)
     for (NodeId n : s.steps[st].nodes) {
       const Node& node = g.node(n);

@@ -55,4 +55,9 @@ int64_t pack_intervals(std::span<const Interval> intervals, std::vector<int64_t>
 
 MemoryPlan memory_plan(const Graph& graph, const Schedule& schedule);
 
+// The buffer names memory_plan gives: "ln.data", "act.state.scale", "fc1+act.ws.staging.data".
+std::string value_buffer_name(const std::string& value, BufferRole role);
+std::string state_buffer_name(const std::string& value, const std::string& state);
+std::string workspace_buffer_name(const std::string& step, const std::string& workspace, BufferRole role);
+
 }  // namespace tec

@@ -19,6 +19,9 @@ struct Step {
   std::vector<NodeId> nodes;   // in execution order
   std::vector<std::string> fusions;  // each fusion decision and its reason
   std::vector<int> deps;       // steps that must finish first (set by schedule)
+  // Buffers the GPU lowering needs inside this step only (a GEMM's bf16 staging output, an
+  // amax, dequantized operands); memory_plan places them like the step's own scratch.
+  std::vector<Workspace> workspaces;
 };
 
 struct Schedule {

@@ -128,6 +128,129 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
   return b;
 }
 
+// Kernel grid and block limits (CUDA's), checked before anything is launched.
+constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxBlockThreads = 1024;
+
+Launch parse_launch(const Reader& r, const std::string& path, const std::string& file, const Profile& p, int module_count,
+                    int step_count) {
+  Launch l;
+  l.kind = r.str("kind");
+  l.step = static_cast<int>(r.integer("step", -1, step_count - 1));
+  const int buffer_count = static_cast<int>(p.buffers.size());
+  // A buffer reference: null or an index; `writable` ones may not point at the constants.
+  auto ref = [&](const json& v, const std::string& key, bool writable) -> int {
+    if (v.is_null()) return -1;
+    TEC_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < buffer_count, r.ctx(key))
+        << "expected null or a buffer index below " << buffer_count << ", got " << v.dump();
+    const int i = v.get<int>();
+    TEC_USER_CHECK(!writable || p.buffers[static_cast<size_t>(i)].region != "constants", r.ctx(key))
+        << "a launch writes buffer '" << p.buffers[static_cast<size_t>(i)].name << "', which is a constant";
+    return i;
+  };
+  auto bytes_of = [&](int i) { return i < 0 ? int64_t{0} : p.buffers[static_cast<size_t>(i)].bytes; };
+  if (l.kind == "memset") {
+    l.buffer = ref(r.field("buffer"), "buffer", true);
+    TEC_USER_CHECK(l.buffer >= 0, r.ctx("buffer")) << "memset needs a buffer";
+    return l;
+  }
+  if (l.kind == "kernel" || l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
+    l.module = static_cast<int>(r.integer("module", 0, module_count - 1));
+    l.entry = r.str("entry");
+    TEC_USER_CHECK(!l.entry.empty() && l.entry.size() < 256, r.ctx("entry")) << "bad kernel entry name";
+    if (l.kind != "kernel") return l;
+    auto dims = [&](const std::string& key, int64_t hi) {
+      std::array<int64_t, 3> out{};
+      const json& a = r.array(key);
+      TEC_USER_CHECK(a.size() == 3, r.ctx(key)) << "expected [x, y, z]";
+      for (size_t i = 0; i < 3; ++i) {
+        TEC_USER_CHECK(a[i].is_number_integer() && a[i].get<int64_t>() >= 1 && a[i].get<int64_t>() <= hi, r.ctx(key))
+            << "entries must be integers in [1, " << hi << "]";
+        out[i] = a[i].get<int64_t>();
+      }
+      return out;
+    };
+    l.grid = dims("grid", kMaxGrid);
+    l.block = dims("block", kMaxBlockThreads);
+    TEC_USER_CHECK(l.block[0] * l.block[1] * l.block[2] <= kMaxBlockThreads, r.ctx("block")) << "too many threads per block";
+    const json& args = r.array("args");
+    TEC_USER_CHECK(args.size() <= 16, r.ctx("args")) << "at most 16 kernel argument slots";
+    for (const auto& a : args) {
+      KernelArg arg;
+      if (a.is_object() && a.contains("buffer")) {
+        arg.kind = KernelArg::Kind::buffer;
+        arg.buffer = ref(a["buffer"], "args", false);
+        TEC_USER_CHECK(arg.buffer >= 0, r.ctx("args")) << "buffer argument without a buffer";
+      } else if (a.is_object() && a.contains("value")) {
+        TEC_USER_CHECK(a["value"].is_number_integer(), r.ctx("args")) << "value arguments are integers";
+        arg.kind = KernelArg::Kind::value;
+        arg.value = a["value"].get<int64_t>();
+      } else {
+        TEC_USER_CHECK(a.is_null(), r.ctx("args")) << "an argument is {\"buffer\": i}, {\"value\": v} or null";
+      }
+      l.args.push_back(arg);
+    }
+    return l;
+  }
+  TEC_USER_CHECK(l.kind == "gemm", r.ctx("kind")) << "unknown launch kind '" << l.kind << "'";
+  const Reader g(r.field("gemm"), path + "/gemm", file);
+  Gemm& gemm = l.gemm;
+  gemm.m = g.integer("m", 1, kMaxDim);
+  gemm.n = g.integer("n", 1, kMaxDim);
+  gemm.k = g.integer("k", 1, kMaxDim);
+  auto operand = [&](const std::string& key, int64_t rows, int64_t cols) {
+    const Reader o(g.field(key), path + "/gemm/" + key, file);
+    GemmOperand op;
+    op.buffer = ref(o.field("buffer"), key, false);
+    op.type = o.dtype("type");
+    op.scale_inv = ref(o.field("scale_inv"), key, false);
+    op.scale_mode = o.str("scale_mode");
+    TEC_USER_CHECK(op.scale_mode == "none" || op.scale_mode == "tensor" || op.scale_mode == "vec128" ||
+                       op.scale_mode == "blk128x128",
+                   r.ctx(key))
+        << "unknown scale mode '" << op.scale_mode << "'";
+    TEC_USER_CHECK(op.buffer >= 0 && bytes_of(op.buffer) >= checked_mul(checked_mul(rows, cols), storage_bytes(op.type)),
+                   r.ctx(key))
+        << "GEMM operand " << key << " needs " << rows << "x" << cols << " " << to_string(op.type) << " in its buffer";
+    TEC_USER_CHECK((op.scale_mode == "none") == (op.scale_inv < 0), r.ctx(key)) << "scale_inv and scale_mode disagree";
+    if (op.scale_mode == "tensor") TEC_USER_CHECK(bytes_of(op.scale_inv) >= 4, r.ctx(key)) << "scale_inv too small";
+    if (op.scale_mode == "vec128")
+      TEC_USER_CHECK(bytes_of(op.scale_inv) >= checked_mul(ceil_div(cols, 128), round_up(rows, 4)) * 4, r.ctx(key))
+          << "1x128 scales too small";
+    if (op.scale_mode == "blk128x128")
+      TEC_USER_CHECK(bytes_of(op.scale_inv) >= checked_mul(ceil_div(rows, 128), round_up(ceil_div(cols, 128), 4)) * 4, r.ctx(key))
+          << "128x128 scales too small";
+    return op;
+  };
+  gemm.a = operand("a", gemm.n, gemm.k);
+  gemm.b = operand("b", gemm.m, gemm.k);
+  gemm.bias = ref(g.field("bias"), "bias", false);
+  gemm.bias_type = g.dtype("bias_type");
+  if (gemm.bias >= 0)
+    TEC_USER_CHECK(bytes_of(gemm.bias) >= gemm.n * storage_bytes(gemm.bias_type), r.ctx("bias")) << "bias too small";
+  gemm.epilogue = g.str("epilogue");
+  TEC_USER_CHECK(gemm.epilogue == "default" || gemm.epilogue == "bias" || gemm.epilogue == "gelu" ||
+                     gemm.epilogue == "gelu_bias" || gemm.epilogue == "relu" || gemm.epilogue == "relu_bias",
+                 r.ctx("epilogue"))
+      << "unknown epilogue '" << gemm.epilogue << "'";
+  TEC_USER_CHECK((gemm.bias >= 0) == (gemm.epilogue.find("bias") != std::string::npos), r.ctx("bias"))
+      << "the epilogue and the bias disagree";
+  const Reader d(g.field("d"), path + "/gemm/d", file);
+  gemm.d = ref(d.field("buffer"), "d", true);
+  gemm.d_type = d.dtype("type");
+  gemm.d_scale = ref(d.field("scale"), "d", false);
+  gemm.amax_d = ref(d.field("amax"), "d", true);
+  TEC_USER_CHECK(gemm.d >= 0 && bytes_of(gemm.d) >= checked_mul(checked_mul(gemm.m, gemm.n), storage_bytes(gemm.d_type)),
+                 r.ctx("d"))
+      << "GEMM output needs " << gemm.m << "x" << gemm.n << " " << to_string(gemm.d_type);
+  if (gemm.d_scale >= 0) TEC_USER_CHECK(bytes_of(gemm.d_scale) >= 4, r.ctx("d")) << "D scale too small";
+  if (gemm.amax_d >= 0) TEC_USER_CHECK(bytes_of(gemm.amax_d) >= 4, r.ctx("d")) << "amax too small";
+  gemm.c = ref(g.field("c"), "c", false);
+  if (gemm.c >= 0)
+    TEC_USER_CHECK(bytes_of(gemm.c) >= checked_mul(checked_mul(gemm.m, gemm.n), 2), r.ctx("c")) << "C too small";
+  return l;
+}
+
 Profile parse_profile(const json& j, const std::string& path, const std::string& file, const Plan& plan) {
   const Reader r(j, path, file);
   Profile p;
@@ -245,6 +368,17 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
   for (const auto& name : p.delayed)
     TEC_USER_CHECK(known(name) && p.tensors.at(name).state.size() == 2, r.ctx("delayed"))
         << "delayed tensor '" << name << "' has no scale and amax_history state";
+  {
+    const Reader gpu(r.field("gpu"), path + "/gpu", file);
+    TEC_USER_CHECK(gpu.field("supported").is_boolean(), gpu.ctx("supported")) << "expected a boolean";
+    p.gpu_supported = gpu.field("supported").get<bool>();
+    p.gpu_reason = gpu.str("reason");
+    const json& launches = gpu.array("launches");
+    for (size_t i = 0; i < launches.size(); ++i)
+      p.launches.push_back(parse_launch(Reader(launches[i], path + "/gpu/launches/" + std::to_string(i), file),
+                                        path + "/gpu/launches/" + std::to_string(i), file, p,
+                                        static_cast<int>(plan.modules.size()), static_cast<int>(p.steps.size())));
+  }
   return p;
 }
 
@@ -281,6 +415,27 @@ Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
   TEC_USER_CHECK(static_cast<int64_t>(constants->size()) == constant_bytes, r.ctx("constant_bytes"))
       << "constants blob has " << constants->size() << " bytes, the manifest says " << constant_bytes;
   plan.constants.assign(constants->begin(), constants->end());
+  plan.archs = archs;
+  {
+    std::map<std::string, std::span<const uint8_t>> blob_bytes;
+    for (const auto& b : blobs)
+      blob_bytes[b["name"].get<std::string>()] = file.blobs.subspan(b["offset"].get<size_t>(), b["size"].get<size_t>());
+    const json& modules = r.array("modules");
+    for (size_t i = 0; i < modules.size(); ++i) {
+      const Reader m(modules[i], "/modules/" + std::to_string(i), name);
+      Module module;
+      module.source = m.str("source");
+      module.defines = m.strings("defines");
+      TEC_USER_CHECK(m.field("cubins").is_object(), m.ctx("cubins")) << "expected an object of arch -> blob";
+      for (const auto& [arch, blob] : m.field("cubins").items()) {
+        TEC_USER_CHECK(blob.is_string() && blob_bytes.count(blob.get<std::string>()), m.ctx("cubins"))
+            << "cubin for " << arch << " names no blob";
+        const auto cubin = blob_bytes.at(blob.get<std::string>());
+        module.cubins[arch].assign(cubin.begin(), cubin.end());
+      }
+      plan.modules.push_back(std::move(module));
+    }
+  }
   const json& profiles = r.array("profiles");
   TEC_USER_CHECK(!profiles.empty(), r.ctx("profiles")) << "a plan needs at least one profile";
   for (size_t i = 0; i < profiles.size(); ++i)

@@ -2,6 +2,7 @@
 // executors can trust every offset, size and reference in it (ARCHITECTURE.md §7).
 #pragma once
 
+#include <array>
 #include <map>
 #include <optional>
 #include <string>
@@ -49,6 +50,50 @@ struct Step {
   std::vector<std::string> fusions;
 };
 
+// GPU launches (src/codegen/lower.h), with buffer references resolved to indices into the
+// profile's buffers; -1 for none.
+struct GemmOperand {
+  int buffer = -1;
+  DType type = DType::bf16;
+  int scale_inv = -1;
+  std::string scale_mode;  // none, tensor, vec128, blk128x128
+};
+
+struct Gemm {
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  int bias = -1;
+  DType bias_type = DType::bf16;
+  std::string epilogue;  // default, bias, gelu, gelu_bias, relu, relu_bias
+  int c = -1;
+  int d = -1;
+  DType d_type = DType::bf16;
+  int d_scale = -1, amax_d = -1;
+};
+
+struct KernelArg {
+  enum class Kind : uint8_t { none, buffer, value } kind = Kind::none;
+  int buffer = -1;
+  int64_t value = 0;
+};
+
+struct Launch {
+  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update
+  int step = -1;     // -1: run-level
+  int module = -1;
+  std::string entry;
+  std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  std::vector<KernelArg> args;
+  Gemm gemm;
+  int buffer = -1;  // memset
+};
+
+struct Module {
+  std::string source;
+  std::vector<std::string> defines;
+  std::map<std::string, std::vector<uint8_t>> cubins;  // arch -> cubin
+};
+
 struct Profile {
   std::map<std::string, int64_t> dims;
   int64_t arena_bytes = 0, scratch_peak_bytes = 0, scratch_naive_bytes = 0, naive_bytes = 0;
@@ -57,6 +102,9 @@ struct Profile {
   std::vector<Step> steps;
   std::vector<std::string> inputs, outputs;
   std::vector<std::string> delayed;  // tensors whose delayed-scaling state is updated after a run
+  bool gpu_supported = false;
+  std::string gpu_reason;  // why not
+  std::vector<Launch> launches;
 };
 
 struct Plan {
@@ -65,6 +113,8 @@ struct Plan {
   Target target;
   int64_t arena_bytes = 0;
   std::vector<uint8_t> constants;
+  std::vector<std::string> archs;  // the cubins' archs
+  std::vector<Module> modules;
   std::vector<Profile> profiles;
 
   // Throws Error(invalid_input, stage "plan") for any inconsistency.

@@ -156,8 +156,19 @@ void Session::run() {
       auto bytes = bytes_of(b);
       std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
     }
-  for (size_t s = 0; s < profile_.steps.size(); ++s) {
-    const plan::Step& step = profile_.steps[s];
+  for (size_t s = 0; s < profile_.steps.size(); ++s) run_step(s);
+  update_delayed_scaling();
+}
+
+void Session::set_arena(std::span<const uint8_t> bytes) {
+  TEC_USER_CHECK(bytes.size() == arena_.size(), (ErrorContext{"reference", "", "", ""}))
+      << "arena of " << bytes.size() << " bytes, the plan's has " << arena_.size();
+  std::copy(bytes.begin(), bytes.end(), arena_.begin());
+}
+
+void Session::run_step(size_t s) {
+  {
+    const plan::Step& step = profile_.steps.at(s);
     std::map<std::string, HostTensor> in_registers;  // values that live inside this step
     for (size_t o = 0; o < step.ops.size(); ++o) {
       const plan::Op& op = step.ops[o];
@@ -191,7 +202,6 @@ void Session::run() {
       }
     }
   }
-  update_delayed_scaling();
 }
 
 // LAYOUTS.md §1.5: after the run, every delayed-scaling tensor rolls its history and takes

@@ -29,12 +29,17 @@ class Session {
   // A tensor with storage, decoded to float (quantized tensors are dequantized).
   HostTensor read(const std::string& tensor) const;
   const std::vector<uint8_t>& arena() const { return arena_; }
+  // The whole arena, e.g. a GPU arena's bytes, to run one step from (GPU verification).
+  void set_arena(std::span<const uint8_t> bytes);
+  // One step alone, without poisoning or the delayed-scaling update.
+  void run_step(size_t step);
+  // After run_step: what run() does after the last step.
+  void update_delayed_scaling();
 
  private:
   std::span<uint8_t> bytes_of(const plan::Buffer& b);
   std::span<const uint8_t> bytes_of(const plan::Buffer& b) const;
   void store(const plan::Tensor& t, std::vector<float> values);
-  void update_delayed_scaling();
 
   const plan::Plan& plan_;
   const plan::Profile& profile_;

@@ -17,6 +17,7 @@ namespace {
 struct DeviceTensor {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
   float* history;
   float* scale;
+  float* scale_inv;  // not read by the update
   float scaled_max;
   int most_recent;
 };
@@ -53,7 +54,7 @@ int delayed_update_test(const std::string& arch) {
       CHECK_CUDA(cudaMalloc(&s, 4));
       CHECK_CUDA(cudaMemcpy(h, histories[static_cast<size_t>(i)].data(), static_cast<size_t>(len) * 4, cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(s, &scales[static_cast<size_t>(i)], 4, cudaMemcpyHostToDevice));
-      args[static_cast<size_t>(i)] = {h, s, scaled_max[static_cast<size_t>(i)], most_recent[static_cast<size_t>(i)]};
+      args[static_cast<size_t>(i)] = {h, s, nullptr, scaled_max[static_cast<size_t>(i)], most_recent[static_cast<size_t>(i)]};
       allocations.push_back(h);
       allocations.push_back(s);
     }

@@ -1,0 +1,352 @@
+#include "gpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/npy.h"
+#include "plan/file.h"
+#include "reference/executor.h"
+#include "runtime/session.h"
+
+namespace tec::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+#define TEC_CLI_CUDA(call)                                                                                   \
+  do {                                                                                                       \
+    const cudaError_t err_ = (call);                                                                         \
+    if (err_ != cudaSuccess) throw Error(ErrorKind::device, {}, std::string(#call) + ": " + cudaGetErrorString(err_)); \
+  } while (0)
+
+struct Stats {
+  double p50 = 0, p90 = 0, p99 = 0, mean = 0, min = 0;
+};
+
+Stats stats_of(std::vector<double> us) {
+  Stats s;
+  if (us.empty()) return s;
+  std::sort(us.begin(), us.end());
+  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
+  s.p50 = at(0.5);
+  s.p90 = at(0.9);
+  s.p99 = at(0.99);
+  s.min = us.front();
+  double sum = 0;
+  for (double v : us) sum += v;
+  s.mean = sum / static_cast<double>(us.size());
+  return s;
+}
+
+json stats_json(const Stats& s) { return {{"p50_us", s.p50}, {"p90_us", s.p90}, {"p99_us", s.p99}, {"mean_us", s.mean}, {"min_us", s.min}}; }
+
+// Per-launch timing with events around each replay (graph) or each full eager sequence.
+std::vector<double> time_runs(runtime::Session& session, cudaStream_t stream, int warmup, int iterations, bool graph) {
+  cudaEvent_t start, stop;
+  TEC_CLI_CUDA(cudaEventCreate(&start));
+  TEC_CLI_CUDA(cudaEventCreate(&stop));
+  auto once = [&] { graph ? session.run(stream) : session.run_eager(stream); };
+  for (int i = 0; i < warmup; ++i) once();
+  std::vector<double> us;
+  for (int i = 0; i < iterations; ++i) {
+    TEC_CLI_CUDA(cudaEventRecord(start, stream));
+    once();
+    TEC_CLI_CUDA(cudaEventRecord(stop, stream));
+    TEC_CLI_CUDA(cudaEventSynchronize(stop));
+    float ms = 0;
+    TEC_CLI_CUDA(cudaEventElapsedTime(&ms, start, stop));
+    us.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return us;
+}
+
+std::vector<uint8_t> download_arena(const runtime::Session& s, cudaStream_t stream) {
+  std::vector<uint8_t> out(static_cast<size_t>(s.plan().arena_bytes));
+  // Every arena buffer, at its offset (constants live elsewhere).
+  for (size_t i = 0; i < s.profile().buffers.size(); ++i) {
+    const plan::Buffer& b = s.profile().buffers[i];
+    if (b.region != "constants" && b.bytes > 0) s.download(static_cast<int>(i), out.data() + b.offset, static_cast<size_t>(b.bytes), stream);
+  }
+  return out;
+}
+
+struct Compare {
+  double rel = 0, max_abs = 0;
+  bool finite = true;
+};
+
+Compare compare(const HostTensor& got, const HostTensor& want) {
+  double num = 0, den = 0;
+  Compare c;
+  for (size_t i = 0; i < want.values.size(); ++i) {
+    const double g = got.values[i], w = want.values[i];
+    if (!std::isfinite(g) && std::isfinite(w)) c.finite = false;
+    num += (g - w) * (g - w);
+    den += w * w;
+    c.max_abs = std::max(c.max_abs, std::fabs(g - w));
+  }
+  c.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  if (!std::isfinite(c.rel)) c.finite = false;
+  return c;
+}
+
+// The bound on ||gpu - reference|| / ||reference|| for a whole output: the GEMMs accumulate
+// in another order, and a few elements then round to a neighbouring code.
+double output_bound(const std::string& recipe) {
+  if (recipe == "bf16") return 0.01;
+  if (recipe == "nvfp4") return 0.15;
+  return 0.05;
+}
+
+std::string profile_name(const std::map<std::string, int64_t>& dims) {
+  std::string out;
+  for (const auto& [dim, size] : dims) out += (out.empty() ? "" : " ") + dim + "=" + std::to_string(size);
+  return out;
+}
+
+}  // namespace
+
+int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
+  const plan::Profile& profile =
+      plan->profile(o.dims.empty() && plan->profiles.size() > 1 ? plan->profiles[0].dims : o.dims);
+  runtime::require_device();
+  cudaStream_t stream;
+  TEC_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  runtime::Session session(plan, profile);
+  std::printf("te-run: GPU (%s), plan %s, recipe %s, profile %s, %d launches in one CUDA graph\n", session.device_name().c_str(),
+              plan->name.c_str(), plan->recipe.c_str(), profile_name(profile.dims).c_str(), session.launch_count());
+
+  // Inputs come from the reference session, so that both backends read the same bytes.
+  reference::Session ref(*plan, profile);
+  ref.randomize_inputs(o.seed);
+  for (const auto& [name, file] : o.inputs) {
+    NpyArray array = read_npy(file);
+    ref.set_input(name, HostTensor{array.shape, std::move(array.values)});
+  }
+  auto upload_inputs = [&] {
+    for (size_t i = 0; i < profile.buffers.size(); ++i) {
+      const plan::Buffer& b = profile.buffers[i];
+      if (b.region == "input")
+        session.upload(static_cast<int>(i), ref.arena().data() + b.offset, static_cast<size_t>(b.bytes), stream);
+    }
+  };
+  upload_inputs();
+  const std::vector<uint8_t> initial_arena = download_arena(session, stream);  // inputs set, state fresh
+  json report{{"plan", plan->name},
+              {"recipe", plan->recipe},
+              {"profile", profile.dims},
+              {"device", session.device_name()},
+              {"launches", session.launch_count()},
+              {"arena_bytes", session.arena_bytes()},
+              {"constant_bytes", session.constant_bytes()}};
+  int exit_code = 0;
+
+  if (o.verify_cpu) {
+    // 1. The whole graph once from fresh state, against one reference run.
+    session.poison(stream);
+    session.run(stream);
+    TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+    reference::Session gpu_view(*plan, profile);
+    gpu_view.set_arena(download_arena(session, stream));
+    ref.run();
+    const double bound = output_bound(plan->recipe);
+    std::printf("\nverify against the CPU reference (same inputs, seed %llu):\n", static_cast<unsigned long long>(o.seed));
+    std::printf("  %-16s %14s %14s  %s\n", "output", "|out-ref|/|ref|", "max |out-ref|", "verdict");
+    json outputs = json::array();
+    for (const auto& name : profile.outputs) {
+      const Compare c = compare(gpu_view.read(name), ref.read(name));
+      const bool ok = c.finite && c.rel <= bound;
+      if (!ok) exit_code = 1;
+      std::printf("  %-16s %14.3e %14.3e  %s (bound %.2g)\n", name.c_str(), c.rel, c.max_abs, ok ? "ok" : "FAIL", bound);
+      outputs.push_back({{"name", name}, {"rel_error", c.rel}, {"max_abs_error", c.max_abs}, {"bound", bound}, {"ok", ok}});
+    }
+    // 2. Step by step: each step run on the CPU from the GPU's arena before it, and its
+    // outputs compared byte for byte (kernel steps must match bit for bit).
+    std::vector<std::vector<uint8_t>> after;  // arena after each step callback
+    std::vector<int> step_of;
+    reference::Session restore(*plan, profile);
+    restore.set_arena(initial_arena);
+    for (size_t i = 0; i < profile.buffers.size(); ++i) {  // fresh state and the same inputs again
+      const plan::Buffer& b = profile.buffers[i];
+      if (b.region != "constants" && b.bytes > 0)
+        session.upload(static_cast<int>(i), initial_arena.data() + b.offset, static_cast<size_t>(b.bytes), stream);
+    }
+    session.poison(stream);
+    std::vector<uint8_t> before = download_arena(session, stream);
+    std::vector<std::vector<uint8_t>> before_step(profile.steps.size()), after_step(profile.steps.size());
+    session.run_eager(stream, [&](int step) {
+      TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+      std::vector<uint8_t> now = download_arena(session, stream);
+      if (step >= 0) {
+        before_step[static_cast<size_t>(step)] = before;
+        after_step[static_cast<size_t>(step)] = now;
+      }
+      before = std::move(now);
+    });
+    std::printf("\n  %-4s %-26s %-7s %-16s %s\n", "step", "name", "kind", "tensor", "result");
+    json steps = json::array();
+    for (size_t s = 0; s < profile.steps.size(); ++s) {
+      const plan::Step& step = profile.steps[s];
+      reference::Session cpu(*plan, profile);
+      cpu.set_arena(before_step[s]);
+      cpu.run_step(s);
+      reference::Session gpu(*plan, profile);
+      gpu.set_arena(after_step[s]);
+      for (const auto& op : step.ops)
+        for (const auto& name : op.outputs) {
+          const plan::Tensor& t = profile.tensors.at(name);
+          if (t.buffers.empty()) continue;
+          int64_t differing = 0, total = 0;
+          auto count = [&](int index, int64_t limit) {
+            const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
+            const int64_t n = std::min(b.bytes, limit);
+            for (int64_t k = 0; k < n; ++k)
+              differing += cpu.arena()[static_cast<size_t>(b.offset + k)] != after_step[s][static_cast<size_t>(b.offset + k)];
+            total += n;
+          };
+          for (const auto& [role, index] : t.buffers) count(index, INT64_MAX);
+          if (t.state.count("amax_history")) count(t.state.at("amax_history"), 4);  // the staged amax
+          const Compare c = compare(gpu.read(name), cpu.read(name));
+          const bool bitwise = differing == 0;
+          const bool must_match = step.kind == "kernel";
+          const bool ok = must_match ? bitwise : (c.finite && c.rel <= bound);
+          if (!ok) exit_code = 1;
+          char line[160];
+          std::snprintf(line, sizeof line, "%s (%lld of %lld bytes differ, rel %.2e)%s",
+                        bitwise ? "bit-identical" : must_match ? "MISMATCH" : "within bound", static_cast<long long>(differing),
+                        static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
+          std::printf("  %-4zu %-26s %-7s %-16s %s\n", s, step.name.c_str(), step.kind.c_str(), name.c_str(), line);
+          steps.push_back({{"step", step.name},
+                           {"kind", step.kind},
+                           {"tensor", name},
+                           {"quantized", t.proto.quantizer.has_value()},
+                           {"bytes_differing", differing},
+                           {"bytes", total},
+                           {"bit_identical", bitwise},
+                           {"rel_error", c.rel},
+                           {"ok", ok}});
+        }
+    }
+    report["verify"] = {{"outputs", outputs}, {"steps", steps}, {"ok", exit_code == 0}};
+    std::printf("verify: %s\n", exit_code == 0 ? "PASS" : "FAIL");
+    upload_inputs();
+  }
+
+  // Benchmark: graph replays against eager launches, each run timed with events.
+  double flops = 0;
+  for (const auto& l : profile.launches)
+    if (l.kind == "gemm") flops += 2.0 * static_cast<double>(l.gemm.m) * static_cast<double>(l.gemm.n) * static_cast<double>(l.gemm.k);
+  double io_bytes = static_cast<double>(session.constant_bytes());
+  for (const auto& b : profile.buffers)
+    if (b.region == "input" || b.region == "output") io_bytes += static_cast<double>(b.bytes);
+  const Stats eager = stats_of(time_runs(session, stream, o.warmup, o.iterations, false));
+  Stats graph;
+  if (!o.no_graph) graph = stats_of(time_runs(session, stream, o.warmup, o.iterations, true));
+  const Stats& best = o.no_graph ? eager : graph;
+  std::printf("\nlatency over %d runs after %d warm-up (us):\n", o.iterations, o.warmup);
+  std::printf("  %-8s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "mean", "min");
+  if (!o.no_graph)
+    std::printf("  %-8s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "graph", graph.p50, graph.p90, graph.p99, graph.mean, graph.min);
+  std::printf("  %-8s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "eager", eager.p50, eager.p90, eager.p99, eager.mean, eager.min);
+  const double tflops = flops / (best.p50 * 1e-6) / 1e12;
+  const double gbps = io_bytes / (best.p50 * 1e-6) / 1e9;
+  std::printf("throughput at p50: %.1f TFLOP/s (%.3g GFLOP), %.0f GB/s of weights + I/O (%.3g MB)%s\n", tflops, flops / 1e9,
+              gbps, io_bytes / 1e6, o.no_graph ? "" : "");
+  if (!o.no_graph) std::printf("graph vs eager at p50: %.2fx\n", eager.p50 / graph.p50);
+  std::printf("memory: arena %.2f MiB per session, constants %.2f MiB shared per device\n",
+              static_cast<double>(session.arena_bytes()) / 1048576.0, static_cast<double>(session.constant_bytes()) / 1048576.0);
+  report["iterations"] = o.iterations;
+  report["warmup"] = o.warmup;
+  report["eager"] = stats_json(eager);
+  if (!o.no_graph) report["graph"] = stats_json(graph);
+  report["flops"] = flops;
+  report["tflops"] = tflops;
+  report["io_bytes"] = io_bytes;
+  report["gbps"] = gbps;
+
+  if (o.profile || !o.trace_path.empty()) {
+    // Per step, eager, with an event after each step; the median over the iterations.
+    std::vector<int> order;
+    std::map<int, std::vector<double>> step_us;
+    std::vector<std::pair<int, double>> trace_run;  // one run's (step, start offset us)
+    cudaEvent_t begin;
+    TEC_CLI_CUDA(cudaEventCreate(&begin));
+    for (int it = 0; it < std::max(1, o.iterations); ++it) {
+      std::vector<std::pair<int, cudaEvent_t>> marks;
+      TEC_CLI_CUDA(cudaEventRecord(begin, stream));
+      session.run_eager(stream, [&](int step) {
+        cudaEvent_t e;
+        TEC_CLI_CUDA(cudaEventCreate(&e));
+        TEC_CLI_CUDA(cudaEventRecord(e, stream));
+        marks.push_back({step, e});
+      });
+      TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+      float prev = 0;
+      for (size_t m = 0; m < marks.size(); ++m) {
+        float ms = 0;
+        TEC_CLI_CUDA(cudaEventElapsedTime(&ms, begin, marks[m].second));
+        const int key = marks[m].first < 0 ? (m == 0 ? -1 : -2) : marks[m].first;
+        if (it == 0) {
+          order.push_back(key);
+          trace_run.push_back({key, prev * 1000.0});
+        }
+        step_us[key].push_back((ms - prev) * 1000.0);
+        prev = ms;
+        cudaEventDestroy(marks[m].second);
+      }
+    }
+    cudaEventDestroy(begin);
+    auto name_of = [&](int key) {
+      return key == -1 ? std::string("(delayed scale_inv)") : key == -2 ? std::string("(delayed update)") : profile.steps[static_cast<size_t>(key)].name;
+    };
+    json per_step = json::array();
+    if (o.profile) std::printf("\nper step (eager, median us):\n  %-28s %-7s %10s\n", "step", "kind", "us");
+    json trace = json::array();
+    for (size_t i = 0; i < order.size(); ++i) {
+      const int key = order[i];
+      const Stats st = stats_of(step_us[key]);
+      const std::string kind = key < 0 ? "kernel" : profile.steps[static_cast<size_t>(key)].kind;
+      if (o.profile) std::printf("  %-28s %-7s %10.1f\n", name_of(key).c_str(), kind.c_str(), st.p50);
+      per_step.push_back({{"step", name_of(key)}, {"kind", kind}, {"p50_us", st.p50}});
+      trace.push_back({{"name", name_of(key)}, {"cat", kind}, {"ph", "X"}, {"pid", 0}, {"tid", 0},
+                       {"ts", trace_run[i].second}, {"dur", st.p50}});
+    }
+    report["steps"] = per_step;
+    if (!o.trace_path.empty()) {
+      const std::string text = json{{"traceEvents", trace}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
+      plan::write_file_atomically(o.trace_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      std::printf("wrote Chrome trace %s (open in Perfetto)\n", o.trace_path.c_str());
+    }
+  }
+
+  if (!o.save_dir.empty()) {
+    session.poison(stream);
+    session.run(stream);
+    TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+    reference::Session view(*plan, profile);
+    view.set_arena(download_arena(session, stream));
+    std::filesystem::create_directories(o.save_dir);
+    for (const auto& name : profile.outputs) {
+      const HostTensor t = view.read(name);
+      write_npy((std::filesystem::path(o.save_dir) / (name + ".npy")).string(), t.shape, t.values);
+    }
+    std::printf("saved outputs to %s\n", o.save_dir.c_str());
+  }
+  if (!o.json_path.empty()) {
+    const std::string text = report.dump(2) + "\n";
+    plan::write_file_atomically(o.json_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    std::printf("wrote %s\n", o.json_path.c_str());
+  }
+  cudaStreamDestroy(stream);
+  return exit_code;
+}
+
+}  // namespace tec::cli

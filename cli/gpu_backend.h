@@ -1,0 +1,26 @@
+// te-run's GPU backend: benchmark a plan's CUDA graph against eager launches, profile its
+// steps, and verify it against the CPU reference executor (ARCHITECTURE.md §9).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+
+namespace tec::cli {
+
+struct GpuRunOptions {
+  std::map<std::string, int64_t> dims;
+  std::vector<std::pair<std::string, std::string>> inputs;  // name -> .npy
+  uint64_t seed = 0;
+  int iterations = 100, warmup = 10;
+  bool no_graph = false, verify_cpu = false, profile = false;
+  std::string json_path, trace_path, save_dir;
+};
+
+// Returns the exit code: 0, or 1 when --verify-cpu finds a mismatch.
+int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& options);
+
+}  // namespace tec::cli

@@ -1,0 +1,261 @@
+// The row kernel: one block of TEC_ROW_THREADS threads per output row. A producer computes
+// element i of the row in fp32 (a norm, an activation, an add, a load or a dequantize), and
+// an output stage stores it (bf16 / fp32) or quantizes it (LAYOUTS.md §1-4). The compiler
+// specialises both with defines (src/codegen/lower.cpp); every float operation is the one
+// the CPU reference performs, in the same order, so quantized outputs match it bit for bit.
+//
+// Producers (TEC_PRODUCER): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
+// 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias, 8 scale (TEC_SCALE), 9 dequantize
+// (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4).
+// Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
+// Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 2 fp32.
+// Outputs (TEC_OUT): 0 bf16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
+// 12 FP8 1x128 blocks, 13 MXFP8, 14 NVFP4. TEC_PASS: 0 the only pass, 1 the amax pass and
+// 2 the cast pass of the quantizers that need the whole tensor's amax first.
+//
+// Arguments: one TecArgs by value, slots in this order:
+//   0 input (or quantized data), 1 gamma / second input / bias / dequant scale_inv,
+//   2 beta / dequant amax, 3 output data, 4 output scale_inv, 5 output amax (current scaling
+//   and NVFP4: the tensor's amax; delayed: amax_history[0]), 6 delayed scale, 7 rows (M).
+#include "common.cuh"
+#include "tec_math.h"
+
+struct TecArgs {
+  unsigned long long slot[8];
+};
+
+#define TEC_WARPS (TEC_ROW_THREADS / 32)
+
+template <int kDtype>
+__device__ __forceinline__ float tec_load(const void* base, i64 index) {
+  if (kDtype == 2) return ((const float*)base)[index];
+  return tec_bf16_to_float(((const u16*)base)[index]);
+}
+
+__device__ __forceinline__ float tec_decode_fp8(u8 code) {
+#if TEC_DQ_FP8_E4M3
+  return tec_e4m3_to_float(code);
+#else
+  return tec_e5m2_to_float(code);
+#endif
+}
+
+__device__ __forceinline__ float tec_activation(float x) {
+#if TEC_ACT == 1
+  return tec_gelu_tanh(x);
+#elif TEC_ACT == 2
+  return tec_gelu_erf(x);
+#elif TEC_ACT == 3
+  return tec_relu(x);
+#else
+  return tec_silu(x);
+#endif
+}
+
+// The block-wide sum in the order tec_row_sum_order (kernels/tec_math.h) replays on the CPU.
+__device__ float tec_block_sum(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, offset);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float w = (threadIdx.x & 31) < TEC_WARPS ? scratch[threadIdx.x & 31] : 0.0f;
+  for (int offset = TEC_WARPS / 2; offset > 0; offset /= 2) w = w + __shfl_xor_sync(0xFFFFFFFFu, w, offset);
+  __syncthreads();
+  if (threadIdx.x == 0) scratch[0] = w;
+  __syncthreads();
+  return scratch[0];
+}
+
+__device__ float tec_block_max(float v, float* scratch) {
+  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  float w = 0.0f;
+  for (int i = 0; i < TEC_WARPS; ++i) w = fmaxf(w, scratch[i]);
+  return w;
+}
+
+struct TecRow {
+  i64 r;      // the row
+  i64 rows;   // M
+  float mean, rsigma;
+};
+
+// Element i of row r, in fp32.
+__device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& row, i64 i) {
+  const void* in0 = (const void*)args.slot[0];
+  const void* in1 = (const void*)args.slot[1];
+  const void* in2 = (const void*)args.slot[2];
+#if TEC_PRODUCER == 1
+  return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+#elif TEC_PRODUCER == 2 || TEC_PRODUCER == 3
+  const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+  float v = (x - row.mean) * row.rsigma * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
+#if TEC_PRODUCER == 2
+  v += tec_load<TEC_PARAM_DTYPE>(in2, i);
+#endif
+  return v;
+#elif TEC_PRODUCER == 4
+  return tec_activation(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
+#elif TEC_PRODUCER == 5
+  return tec_activation(tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + i)) *
+         tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + TEC_N + i);
+#elif TEC_PRODUCER == 6
+  return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) + tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_N + i);
+#elif TEC_PRODUCER == 7
+  return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) + tec_load<TEC_PARAM_DTYPE>(in1, i);
+#elif TEC_PRODUCER == 8
+  return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) * TEC_SCALE;
+#elif TEC_PRODUCER == 9
+  const u8* data = (const u8*)in0;
+  const i64 r = row.r, c = i;
+#if TEC_DQ == 1
+  return tec_decode_fp8(data[r * TEC_N + c]) * *(const float*)in1;
+#elif TEC_DQ == 2
+  const u8 e = ((const u8*)in1)[r * ((TEC_N / 32 + 3) / 4 * 4) + c / 32];
+  return tec_decode_fp8(data[r * TEC_N + c]) * tec_e8m0_to_float(e);
+#elif TEC_DQ == 3
+  const i64 padded_rows = (row.rows + 3) / 4 * 4;
+  return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[(c / 128) * padded_rows + r];
+#elif TEC_DQ == 4
+  const i64 kb = (TEC_N + 127) / 128;
+  return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[(r / 128) * ((kb + 3) / 4 * 4) + c / 128];
+#else
+  const u8 byte = data[r * (TEC_N / 2) + c / 2];
+  const u8 code = (c % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+  const u8 s_b = ((const u8*)in1)[r * ((TEC_N / 16 + 3) / 4 * 4) + c / 16];
+  const double global = (double)*(const float*)in2 / (6.0 * 448.0);
+  return (float)((double)tec_e2m1_to_float(code) * (double)tec_e4m3_to_float(s_b) * global);
+#endif
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs args) {
+  __shared__ float scratch[TEC_WARPS];
+  TecRow row;
+  row.r = blockIdx.x;
+  row.rows = (i64)args.slot[7];
+  row.mean = 0.0f;
+  row.rsigma = 1.0f;
+  const int t = threadIdx.x;
+#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3
+  {
+    const void* in0 = (const void*)args.slot[0];
+    float local = 0.0f;
+#if TEC_PRODUCER == 2
+    for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) local += tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+    row.mean = tec_block_sum(local, scratch) / (float)TEC_N;
+#endif
+    local = 0.0f;
+    for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) {
+      const float d = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) - row.mean;
+      local += d * d;
+    }
+    const float var = tec_block_sum(local, scratch);
+    row.rsigma = 1.0f / sqrtf(var / (float)TEC_N + TEC_EPS);
+  }
+#endif
+
+#if TEC_OUT == 0 || TEC_OUT == 2
+  for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) {
+    const float v = tec_produce(args, row, i);
+#if TEC_OUT == 0
+    ((u16*)args.slot[3])[row.r * TEC_N + i] = tec_float_to_bf16(v);
+#else
+    ((float*)args.slot[3])[row.r * TEC_N + i] = v;
+#endif
+  }
+
+#elif (TEC_OUT == 10 || TEC_OUT == 14) && TEC_PASS == 1
+  float local = 0.0f;
+  for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) local = fmaxf(local, fabsf(tec_produce(args, row, i)));
+  const float amax = tec_block_max(local, scratch);
+  if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
+
+#elif TEC_OUT == 10 || TEC_OUT == 11
+#if TEC_OUT == 10
+  const float scale =
+      tec_scale_from_amax_value(*(const float*)args.slot[5], TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
+#else
+  const float scale = *(const float*)args.slot[6];
+  float local = 0.0f;
+#endif
+  u8* data = (u8*)args.slot[3];
+  for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) {
+    const float v = tec_produce(args, row, i);
+#if TEC_OUT == 11
+    local = fmaxf(local, fabsf(v));
+#endif
+    data[row.r * TEC_N + i] = tec_encode(v * scale);
+  }
+#if TEC_OUT == 11
+  const float amax = tec_block_max(local, scratch);
+  if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
+#endif
+  if (row.r == 0 && t == 0) *(float*)args.slot[4] = __fdiv_rn(1.0f, scale);
+
+#elif TEC_OUT == 12
+  // 1x128 blocks: a warp per block, 4 elements per lane; scales M-major [K/128][roundup(M, 4)].
+  const int lane = t & 31;
+  const i64 blocks = (TEC_N + 127) / 128, padded_rows = (row.rows + 3) / 4 * 4;
+  for (i64 b = t / 32; b < blocks; b += TEC_WARPS) {
+    float v[4];
+    float local = 0.0f;
+    for (int j = 0; j < 4; ++j) {
+      const i64 c = b * 128 + lane + 32 * j;
+      v[j] = c < TEC_N ? tec_produce(args, row, c) : 0.0f;
+      local = fmaxf(local, fabsf(v[j]));
+    }
+    for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
+    const float scale = tec_scale_from_amax_value(local, TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, TEC_OVERFLOW);
+    for (int j = 0; j < 4; ++j) {
+      const i64 c = b * 128 + lane + 32 * j;
+      if (c < TEC_N) ((u8*)args.slot[3])[row.r * TEC_N + c] = tec_encode(v[j] * scale);
+    }
+    if (lane == 0) ((float*)args.slot[4])[b * padded_rows + row.r] = __fdiv_rn(1.0f, scale);
+  }
+
+#elif TEC_OUT == 13
+  // MXFP8: a warp per 32-element block; E8M0 scales [roundup(M, 128)][roundup(K/32, 4)].
+  const int lane = t & 31;
+  for (i64 b = t / 32; b < TEC_N / 32; b += TEC_WARPS) {
+    const float v = tec_produce(args, row, b * 32 + lane);
+    float local = fabsf(v);
+    for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
+    const u8 e = tec_float_to_e8m0_round_up(local * __fdiv_rn(1.0f, TEC_FP8_MAX));
+    float multiplier;
+    if (e == 0xFF) multiplier = __uint_as_float(0x7FC00000u);
+    else if (e == 254) multiplier = __uint_as_float(0x00400000u);  // 2^-127
+    else multiplier = __uint_as_float((u32)(254 - e) << 23);         // 2^(127 - e)
+    ((u8*)args.slot[3])[row.r * TEC_N + b * 32 + lane] = tec_encode(v * multiplier);
+    if (lane == 0) ((u8*)args.slot[4])[row.r * ((TEC_N / 32 + 3) / 4 * 4) + b] = e;
+  }
+
+#elif TEC_OUT == 14
+  // NVFP4 cast pass: 16 lanes per 1x16 block; the global encode scale from the tensor's amax.
+  const float global_amax = *(const float*)args.slot[5];
+  float s_enc = __fdiv_rn(448.0f * 6.0f, global_amax);
+  if (isinf(s_enc)) s_enc = 3.402823466e38f;
+  if (global_amax == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+  const float s_dec = __fdiv_rn(1.0f, s_enc);
+  // Whole warps run every iteration (the shuffles need all 32 lanes); TEC_N % 16 == 0, so a
+  // block of 16 is either all valid or all padding.
+  for (i64 base = 0; base < TEC_N; base += TEC_ROW_THREADS) {
+    const i64 c = base + t;
+    const bool valid = c < TEC_N;
+    const float v = valid ? tec_produce(args, row, c) : 0.0f;
+    float local = fabsf(v);
+    for (int offset = 8; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
+    float product = local * (s_enc * __fdiv_rn(1.0f, 6.0f));
+    product = 3.402823466e38f < product ? 3.402823466e38f : product;
+    const u8 s_b = tec_encode_fp8<3, 7, 0x7Eu>(product);
+    float multiplier = __fdiv_rn(1.0f, tec_e4m3_to_float(s_b) * s_dec);
+    multiplier = 3.402823466e38f < multiplier ? 3.402823466e38f : multiplier;
+    const u8 code = tec_float_to_e2m1(v * multiplier);
+    const u8 odd = (u8)__shfl_down_sync(0xFFFFFFFFu, (u32)code, 1);
+    if (valid && (c & 1) == 0) ((u8*)args.slot[3])[row.r * (TEC_N / 2) + c / 2] = (u8)(code | (odd << 4));
+    if (valid && (c & 15) == 0) ((u8*)args.slot[4])[row.r * ((TEC_N / 16 + 3) / 4 * 4) + c / 16] = s_b;
+  }
+#endif
+}

@@ -1,0 +1,129 @@
+// Float math shared by the CPU reference and the GPU kernels, so that both compute the same
+// bits: every function here uses only IEEE-754 +, -, *, / and sqrt in a fixed order (the
+// host build uses -ffp-contract=off and NVRTC --fmad=false, so nothing is fused into an FMA).
+// The C library's expf/tanhf/erff differ between glibc and CUDA in the last ulp; these are
+// accurate to a few ulp, which is far below what any quantized recipe can resolve.
+#pragma once
+
+#if defined(__CUDACC__)
+#define TEC_HD __host__ __device__ __forceinline__
+#else
+#include <cmath>
+#include <cstring>
+#define TEC_HD inline
+#endif
+
+// Threads of the row kernels (kernels/row.cu). The norm's row sums are defined by that
+// block's reduction order, which the CPU reference replays: see tec_row_sum_order below.
+#define TEC_ROW_THREADS 256
+
+TEC_HD float tec_uint_as_float(unsigned u) {
+#if defined(__CUDACC__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+TEC_HD float tec_rint(float x) {
+#if defined(__CUDACC__)
+  return rintf(x);
+#else
+  return std::nearbyint(x);
+#endif
+}
+
+TEC_HD float tec_fabs(float x) {
+#if defined(__CUDACC__)
+  return fabsf(x);
+#else
+  return std::fabs(x);
+#endif
+}
+
+// 2^n for n in [-126, 127], exactly.
+TEC_HD float tec_pow2(int n) { return tec_uint_as_float((unsigned)(n + 127) << 23); }
+
+// e^x: Cody-Waite reduction by ln 2, Cephes' degree-5 polynomial, exact scaling by 2^n.
+TEC_HD float tec_exp(float x) {
+  if (x != x) return x;
+  if (x > 88.7228317f) return tec_uint_as_float(0x7F800000u);
+  if (x < -103.972076f) return 0.0f;
+  const float n = tec_rint(x * 1.44269504f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  float y = p * (r * r);
+  y = y + r;
+  y = y + 1.0f;
+  const int e = (int)n;  // in [-150, 128]: two exact factors keep subnormal results right
+  const int half = e / 2;
+  return (y * tec_pow2(half)) * tec_pow2(e - half);
+}
+
+TEC_HD float tec_tanh(float x) {
+  const float a = tec_fabs(x);
+  float t;
+  if (a > 9.0f) {
+    t = 1.0f;
+  } else {
+    const float e = tec_exp(a + a);
+    t = 1.0f - 2.0f / (e + 1.0f);
+  }
+  return x < 0.0f ? -t : t;
+}
+
+// erf from the Chebyshev fit of erfc in Numerical Recipes (|error| < 1.2e-7).
+TEC_HD float tec_erf(float x) {
+  const float z = tec_fabs(x);
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float p = 0.17087277f;
+  p = -0.82215223f + t * p;
+  p = 1.48851587f + t * p;
+  p = -1.13520398f + t * p;
+  p = 0.27886807f + t * p;
+  p = -0.18628806f + t * p;
+  p = 0.09678418f + t * p;
+  p = 0.37409196f + t * p;
+  p = 1.00002368f + t * p;
+  p = -1.26551223f + t * p;
+  const float erfc = t * tec_exp(-z * z + p);
+  return x >= 0.0f ? 1.0f - erfc : erfc - 1.0f;
+}
+
+// The activations, as TE defines them.
+TEC_HD float tec_gelu_tanh(float x) {
+  const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)
+  return 0.5f * x * (1.0f + tec_tanh(inner));
+}
+TEC_HD float tec_gelu_erf(float x) { return 0.5f * x * (1.0f + tec_erf(x * 0.70710678f)); }
+TEC_HD float tec_relu(float x) { return x > 0.0f ? x : 0.0f; }
+TEC_HD float tec_silu(float x) { return x / (1.0f + tec_exp(-x)); }
+
+#if !defined(__CUDACC__)
+// The sum of x[0..n) in the order a TEC_ROW_THREADS block reduces it on the GPU: thread t
+// adds x[t], x[t + 256], ... left to right; each warp of 32 combines by halving offsets
+// (16, 8, 4, 2, 1); then the 8 warp sums combine the same way (4, 2, 1).
+template <typename Get>
+float tec_row_sum_order(long long n, Get get) {
+  float lane[TEC_ROW_THREADS] = {};
+  for (long long i = 0; i < n; ++i) lane[i % TEC_ROW_THREADS] += get(i);
+  float warp[TEC_ROW_THREADS / 32];
+  for (int w = 0; w < TEC_ROW_THREADS / 32; ++w) {
+    float* v = lane + 32 * w;
+    for (int offset = 16; offset > 0; offset /= 2)
+      for (int t = 0; t < offset; ++t) v[t] = v[t] + v[t + offset];
+    warp[w] = v[0];
+  }
+  for (int offset = TEC_ROW_THREADS / 64; offset > 0; offset /= 2)
+    for (int t = 0; t < offset; ++t) warp[t] = warp[t] + warp[t + offset];
+  return warp[0];
+}
+#endif

@@ -1,0 +1,406 @@
+#include "codegen/lower.h"
+
+#include <cfloat>
+#include <cstdio>
+
+#include "codegen/quantize_kernels.h"
+#include "core/error.h"
+#include "passes/memory_plan.h"
+
+namespace tec::codegen {
+
+std::string_view to_string(Launch::Kind kind) {
+  switch (kind) {
+    case Launch::Kind::kernel: return "kernel";
+    case Launch::Kind::gemm: return "gemm";
+    case Launch::Kind::memset: return "memset";
+    case Launch::Kind::delayed_scale_inv: return "delayed_scale_inv";
+    case Launch::Kind::delayed_update: return "delayed_update";
+  }
+  return "?";
+}
+
+int ModuleTable::add(const KernelRequest& request) {
+  for (size_t i = 0; i < requests_.size(); ++i)
+    if (requests_[i].source == request.source && requests_[i].defines == request.defines) return static_cast<int>(i);
+  requests_.push_back(request);
+  return static_cast<int>(requests_.size() - 1);
+}
+
+namespace {
+
+// Thrown inside the lowering for a step it cannot lower yet; becomes GpuLowering::reason.
+struct NotLowered {
+  std::string reason;
+};
+
+std::string float_literal(double v) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.9ef", static_cast<double>(static_cast<float>(v)));
+  return text;
+}
+
+int dtype_code(DType d, const std::string& what) {
+  if (d == DType::bf16) return 0;
+  if (d == DType::fp32) return 2;
+  throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16 or fp32"};
+}
+
+std::string data(const Value& v) { return value_buffer_name(v.name, BufferRole::data); }
+std::string role(const Value& v, BufferRole r) { return value_buffer_name(v.name, r); }
+LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(name), 0}; }
+
+class StepLowering {
+ public:
+  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, std::vector<Launch>& out)
+      : g_(g), step_(step), index_(index), modules_(modules), out_(out) {}
+
+  void lower() {
+    if (step_.kind == StepKind::gemm)
+      lower_gemm();
+    else
+      lower_kernel();
+  }
+
+ private:
+  // Row kernel producer: its defines and its input slots 0-2.
+  struct Producer {
+    std::vector<std::string> defines;
+    std::array<LaunchArg, 3> inputs;
+  };
+
+  const Node& node(size_t i) const { return g_.node(step_.nodes.at(i)); }
+  const Value& input(const Node& n, size_t slot) const { return g_.value(n.inputs.at(slot)); }
+  const Value& output(const Node& n) const { return g_.value(n.outputs.at(0)); }
+
+  std::string add_workspace(const std::string& name, TensorProto proto) {
+    step_.workspaces.push_back({name, std::move(proto)});
+    return workspace_buffer_name(step_.name, name, BufferRole::data);
+  }
+
+  void memset(std::string buffer) {
+    Launch l;
+    l.kind = Launch::Kind::memset;
+    l.step = index_;
+    l.buffer = std::move(buffer);
+    out_.push_back(std::move(l));
+  }
+
+  // The row kernel over `rows` rows of `v`, from `producer`, storing or quantizing into v's
+  // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers.
+  void emit_row(const Producer& producer, const Value& v) {
+    const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
+    if (v.proto.usage.columnwise)
+      throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
+    std::vector<std::string> defines = producer.defines;
+    defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
+    std::array<LaunchArg, 8> slots{};
+    for (size_t i = 0; i < 3; ++i) slots[i] = producer.inputs[i];
+    slots[7] = {LaunchArg::Kind::value, "", rows};
+    std::vector<int> passes{0};
+    if (!v.proto.quantizer) {
+      defines.push_back("TEC_OUT=" + std::to_string(dtype_code(v.proto.dtype, "output '" + v.name + "'")));
+      slots[3] = buf(data(v));
+    } else {
+      const Quantizer& q = *v.proto.quantizer;
+      defines.push_back("TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"));
+      defines.push_back("TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"));
+      defines.push_back("TEC_AMAX_EPSILON=" + float_literal(q.amax_epsilon));
+      slots[3] = buf(data(v));
+      switch (q.kind) {
+        case QuantizerKind::fp8_current: {
+          defines.push_back("TEC_OUT=10");
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          slots[5] = buf(add_workspace(v.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32)));
+          memset(slots[5].buffer);
+          passes = {1, 2};
+          break;
+        }
+        case QuantizerKind::fp8_delayed:
+          defines.push_back("TEC_OUT=11");
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          slots[5] = buf(state_buffer_name(v.name, "amax_history"));
+          slots[6] = buf(state_buffer_name(v.name, "scale"));
+          break;
+        case QuantizerKind::fp8_block:
+          if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 128x128 block quantization, which only constant weights get"};
+          defines.push_back("TEC_OUT=12");
+          defines.push_back("TEC_OVERFLOW=" + std::string(v.proto.dtype == DType::bf16 ? "3.38953139e38f" : "3.402823466e38f"));
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          memset(slots[4].buffer);  // the padding rows are zero, as the reference writes them
+          break;
+        case QuantizerKind::mxfp8:
+          if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D MXFP8, which only constant weights get"};
+          defines.push_back("TEC_OUT=13");
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          memset(slots[4].buffer);
+          break;
+        case QuantizerKind::nvfp4:
+          if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D NVFP4, which only constant weights get"};
+          defines.push_back("TEC_OUT=14");
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          slots[5] = buf(role(v, BufferRole::amax));
+          memset(slots[4].buffer);
+          memset(slots[5].buffer);
+          passes = {1, 2};
+          break;
+      }
+    }
+    for (int pass : passes) {
+      std::vector<std::string> d = defines;
+      d.push_back("TEC_PASS=" + std::to_string(pass));
+      Launch l;
+      l.kind = Launch::Kind::kernel;
+      l.step = index_;
+      l.module = modules_.add(KernelRequest{"row.cu", d, ""});
+      l.entry = "tec_row";
+      l.grid = {rows, 1, 1};
+      l.block = {TEC_ROW_THREADS_VALUE, 1, 1};
+      l.args.assign(slots.begin(), slots.end());
+      out_.push_back(std::move(l));
+    }
+  }
+  static constexpr int64_t TEC_ROW_THREADS_VALUE = 256;  // kernels/tec_math.h TEC_ROW_THREADS
+
+  Producer load(const std::string& buffer, DType dtype, const std::string& what) {
+    return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
+  }
+
+  // A quantized value dequantized into a bf16 workspace, for the GEMMs cuBLASLt cannot take.
+  std::string dequantize_to_bf16(const Value& v, const std::string& workspace) {
+    const std::string out = add_workspace(workspace, TensorProto::dense(v.proto.shape, DType::bf16));
+    emit_row_to(dequantize_producer(v), v.proto.shape.rows(), v.proto.shape.cols(), out);
+    return out;
+  }
+
+  void emit_row_to(const Producer& producer, int64_t rows, int64_t cols, const std::string& out_buffer) {
+    std::vector<std::string> defines = producer.defines;
+    defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
+    defines.push_back("TEC_OUT=0");
+    defines.push_back("TEC_PASS=0");
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"row.cu", defines, ""});
+    l.entry = "tec_row";
+    l.grid = {rows, 1, 1};
+    l.block = {TEC_ROW_THREADS_VALUE, 1, 1};
+    l.args = {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
+              {LaunchArg::Kind::value, "", rows}};
+    out_.push_back(std::move(l));
+  }
+
+  Producer dequantize_producer(const Value& v) {
+    const Quantizer& q = *v.proto.quantizer;
+    if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has no rowwise copy to dequantize"};
+    Producer p;
+    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0")};
+    p.inputs = {buf(data(v)), buf(role(v, BufferRole::scale_inv)), {}};
+    switch (q.kind) {
+      case QuantizerKind::fp8_current:
+      case QuantizerKind::fp8_delayed: p.defines.push_back("TEC_DQ=1"); break;
+      case QuantizerKind::mxfp8:
+        if (q.block_rows != 1) throw NotLowered{"'" + v.name + "': 2-D MXFP8 has no dequantize kernel yet"};
+        p.defines.push_back("TEC_DQ=2");
+        break;
+      case QuantizerKind::fp8_block: p.defines.push_back(q.block_rows == 128 ? "TEC_DQ=4" : "TEC_DQ=3"); break;
+      case QuantizerKind::nvfp4:
+        p.defines.push_back("TEC_DQ=5");
+        p.inputs[2] = buf(role(v, BufferRole::amax));
+        break;
+    }
+    return p;
+  }
+
+  void lower_kernel() {
+    const Node& first = node(0);
+    if (step_.nodes.size() > 2 || (step_.nodes.size() == 2 && node(1).op != "quantize"))
+      throw NotLowered{"step '" + step_.name + "' chains ops the row kernel does not fuse yet"};
+    const Value& out = output(g_.node(step_.nodes.back()));
+    const Value& x = input(first, 0);
+    auto in_dtype = [&] { return "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")); };
+    auto param_dtype = [&](size_t slot) {
+      return "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(input(first, slot).proto.dtype, "'" + input(first, slot).name + "'"));
+    };
+    Producer p;
+    const std::string& op = first.op;
+    if (op == "layernorm" || op == "rmsnorm") {
+      const bool ln = op == "layernorm";
+      p.defines = {ln ? "TEC_PRODUCER=2" : "TEC_PRODUCER=3", in_dtype(), param_dtype(1),
+                   "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-5)),
+                   "TEC_GAMMA_OFFSET=" + std::string(first.attrs.get_bool("zero_centered_gamma", false) ? "1.0f" : "0.0f")};
+      p.inputs = {buf(data(x)), buf(data(input(first, 1))), ln ? buf(data(input(first, 2))) : LaunchArg{}};
+    } else if (op == "gelu" || op == "relu" || op == "silu" || op == "swiglu" || op == "geglu") {
+      int act = 4;
+      if (op == "gelu") act = first.attrs.get_string("approximate", "tanh") == "tanh" ? 1 : 2;
+      if (op == "geglu") act = 1;
+      if (op == "relu") act = 3;
+      const bool gated = op == "swiglu" || op == "geglu";
+      p.defines = {gated ? "TEC_PRODUCER=5" : "TEC_PRODUCER=4", in_dtype(), "TEC_ACT=" + std::to_string(act)};
+      p.inputs = {buf(data(x)), {}, {}};
+    } else if (op == "add") {
+      if (input(first, 1).proto.shape != x.proto.shape) throw NotLowered{"add '" + first.name + "' broadcasts"};
+      p.defines = {"TEC_PRODUCER=6", in_dtype(), param_dtype(1)};
+      p.inputs = {buf(data(x)), buf(data(input(first, 1))), {}};
+    } else if (op == "bias") {
+      p.defines = {"TEC_PRODUCER=7", in_dtype(), param_dtype(1)};
+      p.inputs = {buf(data(x)), buf(data(input(first, 1))), {}};
+    } else if (op == "scale") {
+      p.defines = {"TEC_PRODUCER=8", in_dtype(), "TEC_SCALE=" + float_literal(first.attrs.get_float("scale", 1.0))};
+      p.inputs = {buf(data(x)), {}, {}};
+    } else if (op == "identity" || op == "reshape" || op == "quantize") {
+      if (x.proto.quantizer) throw NotLowered{"'" + first.name + "' copies a quantized tensor"};
+      p = load(data(x), x.proto.dtype, "input '" + x.name + "'");
+    } else if (op == "dequantize") {
+      p = dequantize_producer(x);
+    } else {
+      throw NotLowered{"op '" + op + "' (node '" + first.name + "') has no GPU kernel yet"};
+    }
+    emit_row(p, out);
+  }
+
+  void lower_gemm() {
+    const Node& linear = node(0);
+    if (linear.attrs.get_string("tp_mode", "none") != "none")
+      throw NotLowered{"tensor-parallel linear '" + linear.name + "' needs the NCCL runtime (planned)"};
+    const Value& x = input(linear, 0);
+    const Value& w = input(linear, 1);
+    const bool has_bias = linear.attrs.get_bool("bias", true);
+    const Node* act = nullptr;
+    const Node* residual_add = nullptr;
+    for (size_t i = 1; i < step_.nodes.size(); ++i) {
+      const Node& n = node(i);
+      if (n.op == "add") residual_add = &n;
+      else act = &n;
+    }
+    const Value& out = output(g_.node(step_.nodes.back()));
+    GemmLaunch gemm;
+    gemm.m = x.proto.shape.rows();
+    gemm.k = x.proto.shape.cols();
+    gemm.n = w.proto.shape[0];
+
+    // Operands.
+    const auto kind = x.proto.quantizer ? std::optional(x.proto.quantizer->kind) : std::nullopt;
+    if (kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4)) {
+      step_.fusions.push_back("gpu: " + std::string(tec::to_string(*kind)) +
+                              " has no cuBLASLt GEMM on sm_90: operands dequantized to bf16, bf16 GEMM");
+      gemm.a = {dequantize_to_bf16(w, "w_bf16"), DType::bf16, "", "none"};
+      gemm.b = {dequantize_to_bf16(x, "x_bf16"), DType::bf16, "", "none"};
+    } else if (kind) {
+      if (!w.proto.quantizer) throw NotLowered{"linear '" + linear.name + "' mixes a quantized input with an unquantized weight"};
+      const bool block = *kind == QuantizerKind::fp8_block;
+      if (block && (w.proto.quantizer->block_rows != 128 || x.proto.quantizer->block_rows != 1))
+        throw NotLowered{"linear '" + linear.name + "': cuBLASLt block scaling takes 1x128 inputs and 128x128 weights"};
+      gemm.a = {data(w), w.proto.quantizer->dtype, role(w, BufferRole::scale_inv), block ? "blk128x128" : "tensor"};
+      gemm.b = {data(x), x.proto.quantizer->dtype, role(x, BufferRole::scale_inv), block ? "vec128" : "tensor"};
+    } else {
+      if (w.proto.quantizer) throw NotLowered{"linear '" + linear.name + "' has a quantized weight but an unquantized input"};
+      gemm.a = {data(w), w.proto.dtype, "", "none"};
+      gemm.b = {data(x), x.proto.dtype, "", "none"};
+    }
+
+    // Epilogue.
+    if (has_bias) {
+      const Value& b = input(linear, 2);
+      gemm.bias = data(b);
+      gemm.bias_type = b.proto.dtype;
+    }
+    std::string act_name;
+    if (act) act_name = act->op == "gelu" ? "gelu" : "relu";
+    gemm.epilogue = act_name.empty() ? (has_bias ? "bias" : "default") : act_name + (has_bias ? "_bias" : "");
+    if (residual_add) {
+      const ValueId made_here = residual_add->inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
+      const Value& r = g_.value(residual_add->inputs[static_cast<size_t>(1 - made_here)]);
+      if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
+      gemm.c = data(r);
+      if (r.proto.dtype != (out.proto.quantizer ? DType::bf16 : out.proto.dtype))
+        throw NotLowered{"residual '" + r.name + "' and the output of '" + step_.name + "' differ in dtype"};
+    }
+
+    // Output: written directly, in FP8 with the delayed scale, or staged in bf16 and quantized.
+    if (!out.proto.quantizer) {
+      gemm.d = data(out);
+      gemm.d_type = out.proto.dtype;
+      push_gemm(gemm);
+      return;
+    }
+    const Quantizer& q = *out.proto.quantizer;
+    if (q.kind == QuantizerKind::fp8_delayed && !out.proto.usage.columnwise && gemm.c.empty()) {
+      gemm.d = data(out);
+      gemm.d_type = q.dtype;
+      gemm.d_scale = state_buffer_name(out.name, "scale");
+      gemm.amax_d = state_buffer_name(out.name, "amax_history");
+      step_.fusions.push_back("gpu: quantize of '" + out.name + "' fused into the GEMM (FP8 output, D scale and amax)");
+      push_gemm(gemm);
+      return;
+    }
+    gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
+    gemm.d_type = DType::bf16;
+    step_.fusions.push_back("gpu: " + std::string(tec::to_string(q.kind)) + " output of '" + out.name +
+                            "' staged in bf16, then quantized by a row kernel (the scale needs the output's amax first)");
+    push_gemm(gemm);
+    emit_row(load(gemm.d, DType::bf16, "staging"), out);
+  }
+
+  void push_gemm(const GemmLaunch& gemm) {
+    Launch l;
+    l.kind = Launch::Kind::gemm;
+    l.step = index_;
+    l.gemm = gemm;
+    out_.push_back(std::move(l));
+  }
+
+  const Graph& g_;
+  Step& step_;
+  int index_;
+  ModuleTable& modules_;
+  std::vector<Launch>& out_;
+};
+
+}  // namespace
+
+GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules) {
+  GpuLowering result;
+  result.supported = true;
+  result.reason.clear();
+  bool any_delayed = false;
+  for (const Value& v : g.values)
+    if (v.kind != ValueKind::weight && v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_delayed)
+      any_delayed = true;
+  int delayed_module = -1;
+  if (any_delayed) {
+    if (g.recipe.amax_history_len > kMaxGpuAmaxHistory) {
+      result.supported = false;
+      result.reason = "amax_history_len " + std::to_string(g.recipe.amax_history_len) + " is longer than the GPU update allows (" +
+                      std::to_string(kMaxGpuAmaxHistory) + ")";
+      return result;
+    }
+    KernelRequest r = delayed_update_kernel(g.recipe.amax_history_len, "");
+    delayed_module = modules.add(r);
+    Launch l;
+    l.kind = Launch::Kind::delayed_scale_inv;
+    l.module = delayed_module;
+    l.entry = "tec_delayed_scale_inv";
+    result.launches.push_back(l);
+  }
+  try {
+    for (size_t i = 0; i < schedule.steps.size(); ++i)
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result.launches).lower();
+  } catch (const NotLowered& e) {
+    result.supported = false;
+    result.reason = e.reason;
+    result.launches.clear();
+    for (Step& s : schedule.steps) s.workspaces.clear();
+    return result;
+  }
+  if (any_delayed) {
+    Launch l;
+    l.kind = Launch::Kind::delayed_update;
+    l.module = delayed_module;
+    l.entry = "tec_delayed_update";
+    result.launches.push_back(l);
+  }
+  return result;
+}
+
+}  // namespace tec::codegen

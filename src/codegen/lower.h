@@ -1,0 +1,77 @@
+// GPU lowering (ARCHITECTURE.md §6): each step of a schedule becomes launches, i.e. row
+// kernels specialised from kernels/row.cu, cuBLASLt GEMMs and memsets, which reference
+// buffers by the names memory_plan gives them. Runs before memory_plan, because it adds
+// the workspaces it needs to the steps.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+#include "codegen/nvrtc.h"
+#include "passes/schedule.h"
+
+namespace tec::codegen {
+
+// One argument slot of a kernel: a buffer's device address, an integer, or null.
+struct LaunchArg {
+  enum class Kind : uint8_t { none, buffer, value } kind = Kind::none;
+  std::string buffer;
+  int64_t value = 0;
+};
+
+struct GemmOperand {
+  std::string buffer;
+  DType type = DType::bf16;
+  std::string scale_inv;   // "" when unscaled
+  std::string scale_mode;  // none, tensor, vec128 (1x128), blk128x128
+};
+
+// y[m, n] = x[m, k] . w[n, k]^T (+ bias) (act) (+ beta C), as a TN cuBLASLt matmul with
+// A = w and B = x.
+struct GemmLaunch {
+  int64_t m = 0, n = 0, k = 0;
+  GemmOperand a, b;
+  std::string bias;  // "" for none
+  DType bias_type = DType::bf16;
+  std::string epilogue = "default";  // default, bias, gelu, gelu_bias, relu, relu_bias
+  std::string c;                     // the residual, with beta = 1; "" for none
+  std::string d;
+  DType d_type = DType::bf16;
+  std::string d_scale, amax_d;  // FP8 output (delayed scaling): its scale, and where its amax goes
+};
+
+struct Launch {
+  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update } kind = Kind::kernel;
+  int step = -1;  // -1: run-level (delayed scaling bookkeeping)
+  int module = -1;
+  std::string entry;
+  std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  std::vector<LaunchArg> args;
+  GemmLaunch gemm;
+  std::string buffer;  // memset: zeroed
+};
+std::string_view to_string(Launch::Kind kind);
+
+struct GpuLowering {
+  bool supported = false;
+  std::string reason = "not lowered";  // why not, naming the step and op
+  std::vector<Launch> launches;
+};
+
+// The modules (kernel sources with their defines) that every profile's launches share.
+class ModuleTable {
+ public:
+  int add(const KernelRequest& request);  // deduplicated; the index
+  const std::vector<KernelRequest>& requests() const { return requests_; }
+
+ private:
+  std::vector<KernelRequest> requests_;
+};
+
+// Lowers every step of one profile. Adds workspaces to `schedule` and fusion notes saying
+// which path each GEMM takes. A step with no GPU implementation yet makes the lowering
+// unsupported (with the reason), not an error: the plan still runs on the CPU reference.
+GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules);
+
+}  // namespace tec::codegen

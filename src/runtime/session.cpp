@@ -1,0 +1,398 @@
+#include "runtime/session.h"
+
+#include <cublasLt.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace tec::runtime {
+
+namespace {
+
+ErrorContext ctx(const std::string& step) { return ErrorContext{"runtime", step, "", ""}; }
+
+void check(cudaError_t e, const char* call, const std::string& step) {
+  if (e != cudaSuccess)
+    throw Error(ErrorKind::device, ctx(step), std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+void check(cublasStatus_t s, const char* call, const std::string& step) {
+  if (s != CUBLAS_STATUS_SUCCESS)
+    throw Error(ErrorKind::device, ctx(step), std::string(call) + " failed: " + cublasLtGetStatusName(s) + " (" +
+                                                  cublasLtGetStatusString(s) + ")");
+}
+#define TEC_CUDA(call, step) check((call), #call, (step))
+
+// cudaMalloc with the bytes needed and free in the error.
+void* device_alloc(size_t bytes, const char* what) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_bytes = 0, total = 0;
+    cudaMemGetInfo(&free_bytes, &total);
+    throw Error(ErrorKind::device, ctx(""), std::string("cannot allocate the ") + what + ": " + std::to_string(bytes) +
+                                               " bytes needed, " + std::to_string(free_bytes) + " free of " +
+                                               std::to_string(total) + " (" + cudaGetErrorString(e) + ")");
+  }
+  return p;
+}
+
+cudaDataType_t cuda_type(DType d) {
+  switch (d) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::fp16: return CUDA_R_16F;
+    case DType::fp32: return CUDA_R_32F;
+    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
+    case DType::fp8_e5m2: return CUDA_R_8F_E5M2;
+    default: break;
+  }
+  throw Error(ErrorKind::unsupported, ctx(""), "no cuBLASLt type for " + std::string(to_string(d)));
+}
+
+bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
+
+cublasLtEpilogue_t epilogue_of(const std::string& e) {
+  if (e == "bias") return CUBLASLT_EPILOGUE_BIAS;
+  if (e == "gelu") return CUBLASLT_EPILOGUE_GELU;
+  if (e == "gelu_bias") return CUBLASLT_EPILOGUE_GELU_BIAS;
+  if (e == "relu") return CUBLASLT_EPILOGUE_RELU;
+  if (e == "relu_bias") return CUBLASLT_EPILOGUE_RELU_BIAS;
+  return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
+
+// The kernel-argument struct of kernels/row.cu (TecArgs) and of the delayed-scaling table.
+struct KernelSlots {
+  unsigned long long slot[16];
+};
+struct DelayedEntry {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
+  float* history;
+  float* scale;
+  float* scale_inv;
+  float scaled_max;
+  int most_recent;
+};
+
+}  // namespace
+
+std::string require_device() {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    throw Error(ErrorKind::device, ctx(""),
+                std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none") +
+                    " (run on the CPU reference with --backend cpu)");
+  }
+  int device = 0;
+  TEC_CUDA(cudaGetDevice(&device), "");
+  cudaDeviceProp prop{};
+  TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
+  return "sm_" + std::to_string(prop.major * 10 + prop.minor);
+}
+
+// Constants and modules of one plan on one device, shared by its sessions.
+struct DeviceShared {
+  int device = 0;
+  void* constants = nullptr;
+  std::vector<cudaLibrary_t> libraries;
+  ~DeviceShared() {
+    for (cudaLibrary_t l : libraries)
+      if (l) cudaLibraryUnload(l);
+    if (constants) cudaFree(constants);
+  }
+};
+
+namespace {
+
+std::mutex g_shared_mutex;
+std::map<std::pair<const plan::Plan*, int>, std::weak_ptr<DeviceShared>> g_shared;
+
+std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, const std::string& arch) {
+  std::lock_guard lock(g_shared_mutex);
+  auto& slot = g_shared[{&plan, device}];
+  if (auto existing = slot.lock()) return existing;
+  auto shared = std::make_shared<DeviceShared>();
+  shared->device = device;
+  shared->constants = device_alloc(plan.constants.size(), "plan constants");
+  if (!plan.constants.empty())
+    TEC_CUDA(cudaMemcpy(shared->constants, plan.constants.data(), plan.constants.size(), cudaMemcpyHostToDevice), "constants");
+  for (size_t m = 0; m < plan.modules.size(); ++m) {
+    auto it = plan.modules[m].cubins.find(arch);
+    if (it == plan.modules[m].cubins.end()) {
+      std::string have;
+      for (const auto& [a, c] : plan.modules[m].cubins) have += (have.empty() ? "" : ", ") + a;
+      throw Error(ErrorKind::unsupported, ctx(""),
+                  "this GPU is " + arch + ", the plan has kernels for " + have + "; recompile with te-compile --arch " + arch);
+    }
+    cudaLibrary_t lib = nullptr;
+    TEC_CUDA(cudaLibraryLoadData(&lib, it->second.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+             "module " + std::to_string(m) + " (" + plan.modules[m].source + ")");
+    shared->libraries.push_back(lib);
+  }
+  slot = shared;
+  return shared;
+}
+
+}  // namespace
+
+struct Session::Impl {
+  std::shared_ptr<DeviceShared> shared;
+  void* arena = nullptr;
+  void* cublas_workspace = nullptr;
+  DelayedEntry* delayed_table = nullptr;
+  int delayed_count = 0;
+  cublasLtHandle_t lt = nullptr;
+  struct GemmState {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    float alpha = 1.0f, beta = 0.0f;
+  };
+  std::vector<GemmState> gemms;            // per launch (unused entries for non-GEMMs)
+  std::vector<cudaKernel_t> kernels;       // per launch
+  std::vector<KernelSlots> slots;          // per launch
+  cudaStream_t capture_stream = nullptr;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+
+  ~Impl() {
+    if (exec) cudaGraphExecDestroy(exec);
+    if (graph) cudaGraphDestroy(graph);
+    if (capture_stream) cudaStreamDestroy(capture_stream);
+    for (GemmState& g : gemms) {
+      if (g.desc) cublasLtMatmulDescDestroy(g.desc);
+      for (auto* l : {g.a, g.b, g.c, g.d})
+        if (l) cublasLtMatrixLayoutDestroy(l);
+    }
+    if (lt) cublasLtDestroy(lt);
+    if (delayed_table) cudaFree(delayed_table);
+    if (cublas_workspace) cudaFree(cublas_workspace);
+    if (arena) cudaFree(arena);
+  }
+};
+
+void* Session::address(int buffer) const {
+  const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(buffer));
+  char* base = static_cast<char*>(b.region == "constants" ? impl_->shared->constants : impl_->arena);
+  return base + b.offset;
+}
+
+namespace {
+std::string step_name(const plan::Profile& p, int step) {
+  return step < 0 ? std::string("delayed scaling") : p.steps.at(static_cast<size_t>(step)).name;
+}
+}  // namespace
+
+Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile)
+    : plan_(std::move(plan)), profile_(profile), impl_(std::make_unique<Impl>()) {
+  TEC_USER_CHECK(profile_.gpu_supported, (ErrorContext{"runtime", "", "", ""}))
+      << "this plan has no GPU code: " << profile_.gpu_reason << " (run it with --backend cpu)";
+  const std::string arch = require_device();
+  int device = 0;
+  TEC_CUDA(cudaGetDevice(&device), "");
+  cudaDeviceProp prop{};
+  TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
+  device_name_ = prop.name;
+  Impl& s = *impl_;
+  s.shared = shared_for(*plan_, device, arch);
+  s.arena = device_alloc(static_cast<size_t>(plan_->arena_bytes), "arena");
+  if (plan_->arena_bytes) TEC_CUDA(cudaMemset(s.arena, 0, static_cast<size_t>(plan_->arena_bytes)), "arena");
+  s.cublas_workspace = device_alloc(kCublasWorkspaceBytes, "cuBLASLt workspace");
+  TEC_CUDA(cublasLtCreate(&s.lt), "");
+
+  // Delayed scaling: scales start at 1, and one table drives both bookkeeping kernels.
+  std::vector<DelayedEntry> table;
+  for (const std::string& name : profile_.delayed) {
+    const plan::Tensor& t = profile_.tensors.at(name);
+    const Quantizer& q = *t.proto.quantizer;
+    const float one = 1.0f;
+    upload(t.state.at("scale"), &one, 4, nullptr);
+    DelayedEntry e{};
+    e.history = static_cast<float*>(address(t.state.at("amax_history")));
+    e.scale = static_cast<float*>(address(t.state.at("scale")));
+    e.scale_inv = static_cast<float*>(address(t.buffers.at(BufferRole::scale_inv)));
+    e.scaled_max = max_finite(q.dtype) * std::ldexp(1.0f, -q.margin);
+    e.most_recent = q.amax_algo == AmaxAlgo::most_recent ? 1 : 0;
+    table.push_back(e);
+  }
+  s.delayed_count = static_cast<int>(table.size());
+  if (!table.empty()) {
+    s.delayed_table = static_cast<DelayedEntry*>(device_alloc(table.size() * sizeof(DelayedEntry), "delayed-scaling table"));
+    TEC_CUDA(cudaMemcpy(s.delayed_table, table.data(), table.size() * sizeof(DelayedEntry), cudaMemcpyHostToDevice), "");
+  }
+
+  // Kernels, argument slots and GEMM descriptors, once.
+  const size_t n = profile_.launches.size();
+  s.gemms.resize(n);
+  s.kernels.assign(n, nullptr);
+  s.slots.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const plan::Launch& l = profile_.launches[i];
+    const std::string where = step_name(profile_, l.step);
+    if (l.module >= 0)
+      TEC_CUDA(cudaLibraryGetKernel(&s.kernels[i], s.shared->libraries.at(static_cast<size_t>(l.module)), l.entry.c_str()),
+               where);
+    if (l.kind == "kernel") {
+      std::memset(&s.slots[i], 0, sizeof(KernelSlots));
+      for (size_t a = 0; a < l.args.size(); ++a) {
+        const plan::KernelArg& arg = l.args[a];
+        if (arg.kind == plan::KernelArg::Kind::buffer)
+          s.slots[i].slot[a] = reinterpret_cast<unsigned long long>(address(arg.buffer));
+        else if (arg.kind == plan::KernelArg::Kind::value)
+          s.slots[i].slot[a] = static_cast<unsigned long long>(arg.value);
+      }
+    }
+    if (l.kind != "gemm") continue;
+    const plan::Gemm& g = l.gemm;
+    Impl::GemmState& st = s.gemms[i];
+    TEC_CUDA(cublasLtMatmulDescCreate(&st.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
+    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
+      TEC_CUDA(cublasLtMatmulDescSetAttribute(st.desc, attr, value, size), where);
+    };
+    set(CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb);
+    auto set_scale = [&](const plan::GemmOperand& o, cublasLtMatmulDescAttributes_t pointer_attr,
+                         cublasLtMatmulDescAttributes_t mode_attr) {
+      if (o.scale_inv < 0) return;
+      const void* p = address(o.scale_inv);
+      set(pointer_attr, &p, sizeof p);
+      int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
+      if (o.scale_mode == "vec128") mode = CUBLASLT_MATMUL_MATRIX_SCALE_VEC128_32F;
+      if (o.scale_mode == "blk128x128") mode = CUBLASLT_MATMUL_MATRIX_SCALE_BLK128x128_32F;
+      if (mode != CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F) set(mode_attr, &mode, sizeof mode);
+    };
+    set_scale(g.a, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_A_SCALE_MODE);
+    set_scale(g.b, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_MODE);
+    if (g.d_scale >= 0) {
+      const void* p = address(g.d_scale);
+      set(CUBLASLT_MATMUL_DESC_D_SCALE_POINTER, &p, sizeof p);
+    }
+    if (g.amax_d >= 0) {
+      const void* p = address(g.amax_d);
+      set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &p, sizeof p);
+    }
+    const cublasLtEpilogue_t epilogue = epilogue_of(g.epilogue);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
+    if (g.bias >= 0) {
+      const void* p = address(g.bias);
+      set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p);
+      const cudaDataType_t bias_type = cuda_type(g.bias_type);
+      set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
+    }
+    // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T[n, m] = w^T . x: A = w, B = x.
+    const cudaDataType_t c_type = is_fp8(g.d_type) ? CUDA_R_16BF : cuda_type(g.d_type);
+    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.k), where);
+    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.k), where);
+    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
+    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
+    st.beta = g.c >= 0 ? 1.0f : 0.0f;
+    cublasLtMatmulPreference_t pref = nullptr;
+    TEC_CUDA(cublasLtMatmulPreferenceCreate(&pref), where);
+    const size_t workspace = kCublasWorkspaceBytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(s.lt, st.desc, st.a, st.b, st.c, st.d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0)
+      throw Error(ErrorKind::device, ctx(where),
+                  "cuBLASLt has no algorithm for this GEMM (m=" + std::to_string(g.m) + " n=" + std::to_string(g.n) +
+                      " k=" + std::to_string(g.k) + ", A " + std::string(to_string(g.a.type)) + " " + g.a.scale_mode + ", B " +
+                      std::string(to_string(g.b.type)) + " " + g.b.scale_mode + ", D " + std::string(to_string(g.d_type)) +
+                      ", epilogue " + g.epilogue + (g.c >= 0 ? ", C" : "") + "): " + cublasLtGetStatusString(status));
+    st.algo = result.algo;
+  }
+
+  // The graph, captured once from the eager sequence.
+  TEC_CUDA(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
+  TEC_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeThreadLocal), "graph capture");
+  try {
+    run_eager(s.capture_stream);
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(s.capture_stream, &broken);
+    if (broken) cudaGraphDestroy(broken);
+    throw;
+  }
+  TEC_CUDA(cudaStreamEndCapture(s.capture_stream, &s.graph), "graph capture");
+  TEC_CUDA(cudaGraphInstantiate(&s.exec, s.graph, 0), "graph instantiate");
+  TEC_CUDA(cudaDeviceSynchronize(), "session setup");
+}
+
+Session::~Session() = default;
+
+int Session::launch_count() const { return static_cast<int>(profile_.launches.size()); }
+
+void Session::run(cudaStream_t stream) { TEC_CUDA(cudaGraphLaunch(impl_->exec, stream), "graph launch"); }
+
+void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& after_step) {
+  Impl& s = *impl_;
+  const size_t n = profile_.launches.size();
+  for (size_t i = 0; i < n; ++i) {
+    const plan::Launch& l = profile_.launches[i];
+    const std::string where = step_name(profile_, l.step);
+    if (l.kind == "memset") {
+      const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(l.buffer));
+      TEC_CUDA(cudaMemsetAsync(address(l.buffer), 0, static_cast<size_t>(b.bytes), stream), where);
+    } else if (l.kind == "kernel") {
+      void* args[] = {&s.slots[i]};
+      TEC_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[i]),
+                                dim3(static_cast<unsigned>(l.grid[0]), static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2])),
+                                dim3(static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]), static_cast<unsigned>(l.block[2])),
+                                args, 0, stream),
+               where);
+    } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
+      if (s.delayed_count > 0) {
+        void* args[] = {&s.delayed_table, &s.delayed_count};
+        const bool update = l.kind == "delayed_update";
+        const unsigned blocks = update ? static_cast<unsigned>(s.delayed_count) : static_cast<unsigned>((s.delayed_count + 255) / 256);
+        TEC_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[i]), dim3(blocks), dim3(256), args, 0, stream), where);
+      }
+    } else {
+      const plan::Gemm& g = l.gemm;
+      Impl::GemmState& st = s.gemms[i];
+      void* d = address(g.d);
+      // Without a residual C is not read (beta = 0); an FP8 D has a bf16 C layout, so it gets
+      // no pointer rather than D's.
+      const void* c = g.c >= 0 ? address(g.c) : is_fp8(g.d_type) ? nullptr : d;
+      TEC_CUDA(cublasLtMatmul(s.lt, st.desc, &st.alpha, address(g.a.buffer), st.a, address(g.b.buffer), st.b, &st.beta, c, st.c,
+                              d, st.d, &st.algo, s.cublas_workspace, kCublasWorkspaceBytes, stream),
+               where);
+    }
+    const bool last_of_step = i + 1 == n || profile_.launches[i + 1].step != l.step;
+    if (after_step && last_of_step) after_step(l.step);
+  }
+}
+
+void Session::upload(int buffer, const void* host, size_t bytes, cudaStream_t stream) {
+  const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(buffer));
+  TEC_USER_CHECK(b.region != "constants" && bytes <= static_cast<size_t>(b.bytes), ctx(b.name)) << "cannot write " << bytes << " bytes to " << b.name;
+  TEC_CUDA(cudaMemcpyAsync(address(buffer), host, bytes, cudaMemcpyHostToDevice, stream), b.name);
+  TEC_CUDA(cudaStreamSynchronize(stream), b.name);
+}
+
+void Session::download(int buffer, void* host, size_t bytes, cudaStream_t stream) const {
+  const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(buffer));
+  TEC_USER_CHECK(bytes <= static_cast<size_t>(b.bytes), ctx(b.name)) << "cannot read " << bytes << " bytes from " << b.name;
+  TEC_CUDA(cudaMemcpyAsync(host, const_cast<Session*>(this)->address(buffer), bytes, cudaMemcpyDeviceToHost, stream), b.name);
+  TEC_CUDA(cudaStreamSynchronize(stream), b.name);
+}
+
+void Session::poison(cudaStream_t stream) {
+  for (size_t i = 0; i < profile_.buffers.size(); ++i) {
+    const plan::Buffer& b = profile_.buffers[i];
+    if (b.region == "scratch" || b.region == "output")
+      TEC_CUDA(cudaMemsetAsync(address(static_cast<int>(i)), 0xFF, static_cast<size_t>(b.bytes), stream), "poison");
+  }
+}
+
+}  // namespace tec::runtime

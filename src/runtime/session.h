@@ -1,0 +1,63 @@
+// The GPU runtime (ARCHITECTURE.md §8): one Session per thread or stream owns an arena, its
+// cuBLASLt descriptors and one CUDA graph of the profile's launches; sessions of one plan on
+// one device share the uploaded constants and the loaded kernel modules. Errors are
+// Error(device) naming the step and the failing call. The public, non-throwing API over
+// this is include/tec/runtime.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "plan/plan.h"
+
+namespace tec::runtime {
+
+// Throws Error(device) with CUDA's reason when there is no usable device; returns the
+// current device's "sm_NN".
+std::string require_device();
+
+struct DeviceShared;  // constants + modules of one plan on one device
+
+class Session {
+ public:
+  // Allocates the arena (zeroed, delayed scales set to 1), uploads the constants unless
+  // another session of `plan` on this device did, loads the modules, builds the cuBLASLt
+  // descriptors, and captures the CUDA graph. Nothing is left allocated if it throws.
+  Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // One cudaGraphLaunch.
+  void run(cudaStream_t stream);
+  // Launch by launch; `after_step(step)` is called after each step's last launch is
+  // enqueued (step -1: the delayed-scaling bookkeeping).
+  void run_eager(cudaStream_t stream, const std::function<void(int step)>& after_step = {});
+
+  const plan::Plan& plan() const { return *plan_; }
+  const plan::Profile& profile() const { return profile_; }
+  // Device address of a profile buffer (arena or constants).
+  void* address(int buffer) const;
+  void upload(int buffer, const void* host, size_t bytes, cudaStream_t stream);
+  void download(int buffer, void* host, size_t bytes, cudaStream_t stream) const;
+  // Fills scratch and output buffers with 0xFF (NaN in every float format), so that a
+  // result never written cannot pass for one.
+  void poison(cudaStream_t stream);
+  int64_t arena_bytes() const { return static_cast<int64_t>(plan_->arena_bytes); }
+  int64_t constant_bytes() const { return static_cast<int64_t>(plan_->constants.size()); }
+  int launch_count() const;
+  // Which cuBLASLt algorithm source each GEMM used ("heuristic").
+  const std::string& device_name() const { return device_name_; }
+
+ private:
+  struct Impl;
+  std::shared_ptr<const plan::Plan> plan_;
+  const plan::Profile& profile_;
+  std::unique_ptr<Impl> impl_;
+  std::string device_name_;
+};
+
+}  // namespace tec::runtime

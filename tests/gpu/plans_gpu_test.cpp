@@ -1,0 +1,210 @@
+// Whole plans on the GPU, for every example under every recipe:
+// - each kernel step, run on the CPU from the GPU's arena before it, matches the GPU's
+//   output bytes exactly (data, scale_inv, amax): the quantize kernels are bit-identical;
+// - the final output is within the recipe's bound of the fp64 model (tests/fp64_model.h),
+//   measured on the MLP branch (y - x), on sampled rows for large T;
+// - outputs are poisoned (0xFF) before every run, and no poison survives;
+// - 100 graph replays give bit-identical outputs;
+// - creating and destroying 100 sessions leaves device memory where it started.
+#include <cstring>
+#include <random>
+
+#include "compiler.h"
+#include "fp64_model.h"
+#include "gpu_util.h"
+#include "plan/plan.h"
+#include "reference/executor.h"
+#include "runtime/session.h"
+
+namespace tec::gpu_test {
+
+namespace {
+
+using namespace tec::test::fp64;
+
+std::vector<uint8_t> arena_of(const runtime::Session& s, cudaStream_t stream) {
+  std::vector<uint8_t> out(static_cast<size_t>(s.plan().arena_bytes));
+  for (size_t i = 0; i < s.profile().buffers.size(); ++i) {
+    const plan::Buffer& b = s.profile().buffers[i];
+    if (b.region != "constants" && b.bytes > 0) s.download(static_cast<int>(i), out.data() + b.offset, static_cast<size_t>(b.bytes), stream);
+  }
+  return out;
+}
+
+std::vector<uint8_t> output_bytes(const runtime::Session& s, cudaStream_t stream) {
+  std::vector<uint8_t> out;
+  for (const auto& name : s.profile().outputs)
+    for (const auto& [role, index] : s.profile().tensors.at(name).buffers) {
+      const plan::Buffer& b = s.profile().buffers[static_cast<size_t>(index)];
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(b.bytes));
+      s.download(index, out.data() + at, static_cast<size_t>(b.bytes), stream);
+    }
+  return out;
+}
+
+struct Case {
+  std::string model;
+  RecipeKind recipe;
+  std::vector<int64_t> tokens;  // the T profiles
+};
+
+double bound_of(RecipeKind r) { return r == RecipeKind::bf16 ? 0.01 : r == RecipeKind::nvfp4 ? 0.30 : 0.08; }
+
+int run_case(const Case& c, const std::string& arch) {
+  CompileOptions options;
+  options.model_path = std::string(TEC_SOURCE_DIR) + "/examples/" + c.model;
+  options.frontend.recipe = c.recipe;
+  options.frontend.dim_overrides["T"] = c.tokens;
+  options.archs = {arch};
+  const CompileResult compiled = compile(options);
+  auto plan = std::make_shared<const plan::Plan>(
+      plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), c.model));
+  int failures = 0;
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  for (size_t pi = 0; pi < plan->profiles.size(); ++pi) {
+    const plan::Profile& profile = plan->profiles[pi];
+    const int64_t tokens = profile.dims.at("T");
+    char label[128];
+    std::snprintf(label, sizeof label, "%s %s T=%lld", c.model.c_str(), std::string(to_string(c.recipe)).c_str(),
+                  static_cast<long long>(tokens));
+    runtime::Session gpu(plan, profile);
+    reference::Session inputs(*plan, profile);
+    inputs.randomize_inputs(7);
+    for (size_t i = 0; i < profile.buffers.size(); ++i)
+      if (profile.buffers[i].region == "input")
+        gpu.upload(static_cast<int>(i), inputs.arena().data() + profile.buffers[i].offset,
+                   static_cast<size_t>(profile.buffers[i].bytes), stream);
+
+    // Kernel steps, eager, each against the CPU from the same arena. The second run, so
+    // that delayed scaling casts with scales from a real history.
+    for (int run = 0; run < 2; ++run) {
+      gpu.poison(stream);
+      std::vector<uint8_t> before = arena_of(gpu, stream);
+      int kernel_steps = 0, bit_identical = 0;
+      gpu.run_eager(stream, [&](int step) {
+        CHECK_CUDA(cudaStreamSynchronize(stream));
+        std::vector<uint8_t> after = arena_of(gpu, stream);
+        if (run == 1 && step >= 0 && profile.steps[static_cast<size_t>(step)].kind == "kernel") {
+          reference::Session cpu(*plan, profile);
+          cpu.set_arena(before);
+          cpu.run_step(static_cast<size_t>(step));
+          bool same = true;
+          for (const auto& op : profile.steps[static_cast<size_t>(step)].ops)
+            for (const auto& name : op.outputs) {
+              const plan::Tensor& t = profile.tensors.at(name);
+              for (const auto& [role, index] : t.buffers) {
+                const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
+                same &= std::memcmp(cpu.arena().data() + b.offset, after.data() + b.offset, static_cast<size_t>(b.bytes)) == 0;
+              }
+              if (t.state.count("amax_history")) {
+                const plan::Buffer& h = profile.buffers[static_cast<size_t>(t.state.at("amax_history"))];
+                same &= std::memcmp(cpu.arena().data() + h.offset, after.data() + h.offset, 4) == 0;
+              }
+            }
+          ++kernel_steps;
+          bit_identical += same ? 1 : 0;
+          if (!same) std::printf("  FAIL %s: kernel step '%s' differs from the CPU reference\n", label, profile.steps[static_cast<size_t>(step)].name.c_str());
+        }
+        before = std::move(after);
+      });
+      if (run == 1) {
+        failures += kernel_steps - bit_identical;
+        std::printf("  %-36s kernel steps bit-identical: %d/%d\n", label, bit_identical, kernel_steps);
+      }
+    }
+
+    // The final output against the fp64 model, on up to 64 sampled rows.
+    gpu.poison(stream);
+    gpu.run(stream);
+    CHECK_CUDA(cudaStreamSynchronize(stream));
+    reference::Session view(*plan, profile);
+    view.set_arena(arena_of(gpu, stream));
+    const HostTensor x = view.read("x"), y = view.read("y");
+    bool poisoned = false;
+    for (float v : y.values) poisoned |= std::isnan(v);
+    Model m = weights_of(compiled.profiles[pi].graph);
+    m.hidden = x.shape.cols();
+    std::vector<int64_t> rows;
+    const int64_t step = std::max<int64_t>(1, tokens / 64);
+    for (int64_t r = 0; r < tokens; r += step) rows.push_back(r);
+    m.rows = static_cast<int64_t>(rows.size());
+    Matrix xs;
+    for (int64_t r : rows) xs.insert(xs.end(), x.values.begin() + r * m.hidden, x.values.begin() + (r + 1) * m.hidden);
+    const Matrix ref = c.model == "swiglu_mlp.json" ? swiglu_branch(m, xs) : mlp_branch(m, xs);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t j = 0; j < m.hidden; ++j) {
+        const size_t at = static_cast<size_t>(rows[i] * m.hidden + j), k = i * static_cast<size_t>(m.hidden) + static_cast<size_t>(j);
+        num += std::pow(static_cast<double>(y.values[at]) - xs[k] - ref[k], 2);
+        den += ref[k] * ref[k];
+      }
+    const double error = std::sqrt(num / den);
+    const bool within = std::isfinite(error) && error < bound_of(c.recipe) && den > 0 && !poisoned;
+    failures += within ? 0 : 1;
+    std::printf("  %-36s ||branch-fp64||/||fp64|| = %.4f (bound %.2f, %zu rows)%s%s\n", label, error, bound_of(c.recipe), rows.size(),
+                poisoned ? " POISON SURVIVED" : "", within ? "" : "  FAIL");
+
+    // 100 replays, each poisoned first, all equal to the first.
+    const std::vector<uint8_t> first = output_bytes(gpu, stream);
+    int differing = 0;
+    for (int i = 0; i < 100; ++i) {
+      gpu.poison(stream);
+      gpu.run(stream);
+      differing += output_bytes(gpu, stream) != first ? 1 : 0;
+    }
+    failures += differing ? 1 : 0;
+    std::printf("  %-36s 100 replays bit-identical: %s\n", label, differing ? "NO" : "yes");
+  }
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return failures;
+}
+
+}  // namespace
+
+int plans_test(const std::string& arch) {
+  int failures = 0;
+  const std::vector<RecipeKind> recipes = {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed,
+                                           RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4};
+  std::vector<Case> cases;
+  for (RecipeKind r : recipes) cases.push_back({"mlp_tiny.json", r, {32, 128}});
+  for (RecipeKind r : recipes) cases.push_back({"swiglu_mlp.json", r, {32, 128}});
+  if (!std::getenv("TEC_GPU_TEST_SMALL"))
+    for (RecipeKind r : recipes) cases.push_back({"mlp.json", r, {16, 2048}});
+  std::printf("plans on the GPU (every example, every recipe):\n");
+  for (const Case& c : cases) {
+    try {
+      failures += run_case(c, arch);
+    } catch (const std::exception& e) {
+      std::printf("  FAIL %s %s: %s\n", c.model.c_str(), std::string(to_string(c.recipe)).c_str(), e.what());
+      ++failures;
+    }
+  }
+  return failures;
+}
+
+int session_leak_test() {
+  CompileOptions options;
+  options.model_path = std::string(TEC_SOURCE_DIR) + "/examples/mlp_tiny.json";
+  options.frontend.recipe = RecipeKind::fp8_delayed;
+  const CompileResult compiled = compile(options);
+  auto plan = std::make_shared<const plan::Plan>(
+      plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), "mlp_tiny"));
+  { runtime::Session warm(plan, plan->profiles[0]); }  // cuBLASLt and module state that lives for the process
+  size_t free_before = 0, free_after = 0, total = 0;
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaMemGetInfo(&free_before, &total));
+  for (int i = 0; i < 100; ++i) {
+    runtime::Session s(plan, plan->profiles[static_cast<size_t>(i) % plan->profiles.size()]);
+    s.run(nullptr);
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  CHECK_CUDA(cudaMemGetInfo(&free_after, &total));
+  const bool ok = free_before == free_after;
+  std::printf("100 sessions created and destroyed: device free memory %zu -> %zu bytes%s\n", free_before, free_after,
+              ok ? "" : "  FAIL (leak)");
+  return ok ? 0 : 1;
+}
+
+}  // namespace tec::gpu_test
