@@ -105,6 +105,7 @@ struct Voidify {
 #define TEC_UNSUPPORTED(ctx) TEC_ERROR_KIND(::tec::ErrorKind::unsupported, ctx)
 #define TEC_INTERNAL_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::internal, ctx)
 #define TEC_USER_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_USER_ERROR(ctx)
+#define TEC_USAGE_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_ERROR_KIND(::tec::ErrorKind::usage, ctx)
 #define TEC_UNSUPPORTED_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_UNSUPPORTED(ctx)
 #define TEC_INTERNAL_CHECK(cond, ctx) \
   (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_INTERNAL_ERROR(ctx) << "internal check failed: " #cond ": "
