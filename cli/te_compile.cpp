@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler.h"
+#include "runtime/session.h"
 #include "passes/memory_plan.h"
 #include "plan/dot.h"
 #include "plan/file.h"
@@ -23,13 +24,18 @@ Examples:
   te-compile examples/mlp_tiny.json -o mlp_tiny.teplan --recipe fp8-delayed   # write a plan
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
+  te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
+
+Plans carry GPU code (NVRTC cubins, one per --arch) and run on any machine with that GPU; no
+GPU is needed to compile. Kernels are cached by source, options and NVRTC version (--cache-dir).
 
 Exit codes:
   0 success            2 usage error          3 invalid model
-  4 unsupported        5 compile failure      6 I/O error        70 internal error (a tec bug)
+  4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
+  70 internal error (a tec bug)
 
-Not implemented yet (they fail with exit code 4 when used): --mode train with -o (needs the
-autodiff pass), --tune, --cache-dir. See README.md, "Status".)";
+Not implemented yet (exit code 4 when used): --mode train with -o (needs the autodiff pass).
+See README.md, "Status".)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];
@@ -92,12 +98,6 @@ int parse_arch(const std::string& arch) {
   return sm;
 }
 
-[[noreturn]] void not_implemented(const std::string& option) {
-  throw tec::Error(ErrorKind::unsupported, {},
-                   option + " is not implemented yet: kernel code generation and GEMM tuning arrive with the GPU "
-                            "backend (README.md, \"Status\")");
-}
-
 void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
   const auto& m = p.memory;
   std::fprintf(out, "  %-14s %zu steps, arena %s (scratch peak %s vs %s if nothing shared)\n", profile_name(p.graph).c_str(),
@@ -107,6 +107,34 @@ void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
     const auto& s = p.schedule.steps[i];
     std::fprintf(out, "    step %zu %-6s %s\n", i, std::string(to_string(s.kind)).c_str(), s.name.c_str());
     for (const auto& f : s.fusions) std::fprintf(out, "           - %s\n", f.c_str());
+  }
+}
+
+// --tune: times each GEMM's candidate algorithms on this machine's GPU and records the winner
+// in the manifest (ARCHITECTURE.md §6).
+void tune_plan(tec::PlanParts& parts, bool quiet) {
+  auto plan = std::make_shared<const tec::plan::Plan>(
+      tec::plan::Plan::load(tec::plan::serialize_plan(parts.manifest, parts.blobs), "the plan being tuned"));
+  for (size_t p = 0; p < plan->profiles.size(); ++p) {
+    tec::runtime::Session session(plan, plan->profiles[p]);
+    for (const auto& t : session.tune_gemms(8, 20)) {
+      std::string hex;
+      for (uint8_t b : t.algo) {
+        static const char* digits = "0123456789abcdef";
+        hex += digits[b >> 4];
+        hex += digits[b & 15];
+      }
+      auto& launch = parts.manifest["profiles"][p]["gpu"]["launches"][static_cast<size_t>(t.launch)];
+      launch["gemm"]["algo"] = {{"tuned", hex},
+                                {"cublaslt", tec::runtime::cublaslt_version()},
+                                {"gpu", session.device_name()},
+                                {"us", t.microseconds},
+                                {"heuristic_us", t.heuristic_microseconds}};
+      if (!quiet)
+        std::fprintf(stderr, "tune: profile %zu step %-12s %8.1f us (heuristic's first choice %8.1f us) on %s\n", p,
+                     plan->profiles[p].steps.at(static_cast<size_t>(plan->profiles[p].launches[static_cast<size_t>(t.launch)].step)).name.c_str(),
+                     t.microseconds, t.heuristic_microseconds, session.device_name().c_str());
+    }
   }
 }
 
@@ -171,7 +199,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(tec::kOptionalPasses));
   app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
-  app.add_flag("--tune", tune, "time GEMM algorithms on this machine's GPU (not implemented yet)");
+  app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 8 algorithms for every GEMM on this machine's GPU and store "
+                               "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
+                               "the heuristic)");
   app.add_option("--cache-dir", cache_dir, "NVRTC kernel cache folder (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
                                            "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
@@ -179,7 +209,6 @@ int main(int argc, char** argv) {
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
 
   return tec::cli::run_reporting_errors("te-compile", [&]() -> int {
-    if (tune) not_implemented("--tune");
 
     tec::CompileOptions options;
     options.model_path = model;
@@ -211,11 +240,21 @@ int main(int argc, char** argv) {
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());
     };
-    const tec::CompileResult result = tec::compile(options, progress);
+    tec::CompileResult result = tec::compile(options, progress);
 
     const bool plan_to_stdout = output == "-" || output == "/dev/stdout";
     std::FILE* summary = (!dump_after.empty() || plan_to_stdout) ? stderr : stdout;
     if (!dump_after.empty()) std::cout << dump_after_pass(result, dump_after).dump(2) << "\n";
+    if (result.plan && tune) {
+      try {
+        tune_plan(*result.plan, quiet);
+      } catch (const tec::Error& e) {
+        if (e.kind() != ErrorKind::device) throw;
+        throw tec::Error(ErrorKind::device, {},
+                         std::string("--tune times GEMMs on a GPU and found none usable (") + e.what() +
+                             "); without --tune the runtime asks the cuBLASLt heuristic at load time");
+      }
+    }
     if (result.plan && !output.empty()) {
       const auto bytes = tec::plan::serialize_plan(result.plan->manifest, result.plan->blobs);
       tec::plan::write_file_atomically(output, bytes);

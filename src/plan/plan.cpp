@@ -245,6 +245,17 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       << "GEMM output needs " << gemm.m << "x" << gemm.n << " " << to_string(gemm.d_type);
   if (gemm.d_scale >= 0) TEC_USER_CHECK(bytes_of(gemm.d_scale) >= 4, r.ctx("d")) << "D scale too small";
   if (gemm.amax_d >= 0) TEC_USER_CHECK(bytes_of(gemm.amax_d) >= 4, r.ctx("d")) << "amax too small";
+  const json& algo = g.field("algo");
+  if (!algo.is_string() || algo.get<std::string>() != "heuristic") {
+    const Reader a(algo, path + "/gemm/algo", file);
+    gemm.algo_source = "tuned";
+    const std::string hex = a.str("tuned");
+    TEC_USER_CHECK(hex.size() == 128 && hex.find_first_not_of("0123456789abcdef") == std::string::npos, a.ctx("tuned"))
+        << "a tuned algorithm is 64 bytes as 128 lowercase hex digits";
+    for (size_t i = 0; i < 64; ++i) gemm.algo.push_back(static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16)));
+    gemm.algo_cublaslt = a.str("cublaslt");
+    gemm.algo_gpu = a.str("gpu");
+  }
   gemm.c = ref(g.field("c"), "c", false);
   if (gemm.c >= 0)
     TEC_USER_CHECK(bytes_of(gemm.c) >= checked_mul(checked_mul(gemm.m, gemm.n), 2), r.ctx("c")) << "C too small";

@@ -69,6 +69,11 @@ struct Gemm {
   int d = -1;
   DType d_type = DType::bf16;
   int d_scale = -1, amax_d = -1;
+  // "heuristic": ask cuBLASLt at load time; "tuned": te-compile --tune's timed winner, valid
+  // for that cuBLASLt version and GPU (else the runtime warns and falls back).
+  std::string algo_source = "heuristic";
+  std::vector<uint8_t> algo;  // cublasLtMatmulAlgo_t, 64 bytes
+  std::string algo_cublaslt, algo_gpu;
 };
 
 struct KernelArg {

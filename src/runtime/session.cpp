@@ -3,6 +3,8 @@
 #include <cublasLt.h>
 
 #include <cmath>
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -294,6 +296,21 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     TEC_CUDA(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     TEC_CUDA(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     st.beta = g.c >= 0 ? 1.0f : 0.0f;
+    if (g.algo_source == "tuned") {
+      std::string why;
+      if (g.algo_cublaslt != cublaslt_version() || g.algo_gpu != device_name_) {
+        why = "tuned for cuBLASLt " + g.algo_cublaslt + " on " + g.algo_gpu + ", this is cuBLASLt " + cublaslt_version() +
+              " on " + device_name_;
+      } else {
+        std::memcpy(&st.algo, g.algo.data(), std::min(g.algo.size(), sizeof st.algo));
+        cublasLtMatmulHeuristicResult_t check{};
+        if (cublasLtMatmulAlgoCheck(s.lt, st.desc, st.a, st.b, st.c, st.d, &st.algo, &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= kCublasWorkspaceBytes)
+          continue;
+        why = "cuBLASLt rejects the tuned algorithm";
+      }
+      if (tuning_warning_.empty()) tuning_warning_ = "step '" + where + "': " + why + "; using the heuristic";
+    }
     cublasLtMatmulPreference_t pref = nullptr;
     TEC_CUDA(cublasLtMatmulPreferenceCreate(&pref), where);
     const size_t workspace = kCublasWorkspaceBytes;
@@ -311,6 +328,8 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
                       ", epilogue " + g.epilogue + (g.c >= 0 ? ", C" : "") + "): " + cublasLtGetStatusString(status));
     st.algo = result.algo;
   }
+
+  if (!tuning_warning_.empty()) std::fprintf(stderr, "tec: warning: %s\n", tuning_warning_.c_str());
 
   // The graph, captured once from the eager sequence.
   TEC_CUDA(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
@@ -331,6 +350,68 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
 Session::~Session() = default;
 
 int Session::launch_count() const { return static_cast<int>(profile_.launches.size()); }
+
+std::string cublaslt_version() {
+  const size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
+}
+
+std::vector<Session::TunedGemm> Session::tune_gemms(int candidates, int iterations) {
+  Impl& s = *impl_;
+  std::vector<TunedGemm> out;
+  cudaStream_t stream = s.capture_stream;
+  cudaEvent_t start, stop;
+  TEC_CUDA(cudaEventCreate(&start), "tune");
+  TEC_CUDA(cudaEventCreate(&stop), "tune");
+  for (size_t i = 0; i < profile_.launches.size(); ++i) {
+    const plan::Launch& l = profile_.launches[i];
+    if (l.kind != "gemm") continue;
+    const std::string where = step_name(profile_, l.step);
+    Impl::GemmState& st = s.gemms[i];
+    cublasLtMatmulPreference_t pref = nullptr;
+    TEC_CUDA(cublasLtMatmulPreferenceCreate(&pref), where);
+    const size_t workspace = kCublasWorkspaceBytes;
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+    std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(candidates));
+    int found = 0;
+    TEC_CUDA(cublasLtMatmulAlgoGetHeuristic(s.lt, st.desc, st.a, st.b, st.c, st.d, pref, candidates, results.data(), &found), where);
+    cublasLtMatmulPreferenceDestroy(pref);
+    const plan::Gemm& g = l.gemm;
+    void* d = address(g.d);
+    const void* c = g.c >= 0 ? address(g.c) : is_fp8(g.d_type) ? nullptr : d;
+    TunedGemm best{static_cast<int>(i), {}, 1e30, 0};
+    for (int r = 0; r < found; ++r) {
+      auto once = [&] {
+        return cublasLtMatmul(s.lt, st.desc, &st.alpha, address(g.a.buffer), st.a, address(g.b.buffer), st.b, &st.beta, c, st.c, d,
+                              st.d, &results[static_cast<size_t>(r)].algo, s.cublas_workspace, kCublasWorkspaceBytes, stream);
+      };
+      if (once() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here is skipped
+      std::vector<float> times;
+      for (int it = 0; it < iterations; ++it) {
+        TEC_CUDA(cudaEventRecord(start, stream), where);
+        once();
+        TEC_CUDA(cudaEventRecord(stop, stream), where);
+        TEC_CUDA(cudaEventSynchronize(stop), where);
+        float ms = 0;
+        TEC_CUDA(cudaEventElapsedTime(&ms, start, stop), where);
+        times.push_back(ms);
+      }
+      std::sort(times.begin(), times.end());
+      const double us = times[times.size() / 2] * 1000.0;
+      if (r == 0) best.heuristic_microseconds = us;
+      if (us < best.microseconds) {
+        best.microseconds = us;
+        const auto* bytes = reinterpret_cast<const uint8_t*>(&results[static_cast<size_t>(r)].algo);
+        best.algo.assign(bytes, bytes + sizeof(cublasLtMatmulAlgo_t));
+      }
+    }
+    if (!best.algo.empty()) out.push_back(std::move(best));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  TEC_CUDA(cudaStreamSynchronize(stream), "tune");
+  return out;
+}
 
 void Session::run(cudaStream_t stream) { TEC_CUDA(cudaGraphLaunch(impl_->exec, stream), "graph launch"); }
 

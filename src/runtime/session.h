@@ -49,6 +49,17 @@ class Session {
   int64_t arena_bytes() const { return static_cast<int64_t>(plan_->arena_bytes); }
   int64_t constant_bytes() const { return static_cast<int64_t>(plan_->constants.size()); }
   int launch_count() const;
+
+  // te-compile --tune: for each GEMM launch, times the cuBLASLt heuristic's first
+  // `candidates` algorithms on this session's buffers and returns the fastest.
+  struct TunedGemm {
+    int launch = 0;
+    std::vector<uint8_t> algo;  // cublasLtMatmulAlgo_t
+    double microseconds = 0, heuristic_microseconds = 0;
+  };
+  std::vector<TunedGemm> tune_gemms(int candidates, int iterations);
+  // Why tuned algorithms were not used (empty when they were, or there were none).
+  const std::string& tuning_warning() const { return tuning_warning_; }
   // Which cuBLASLt algorithm source each GEMM used ("heuristic").
   const std::string& device_name() const { return device_name_; }
 
@@ -58,6 +69,10 @@ class Session {
   const plan::Profile& profile_;
   std::unique_ptr<Impl> impl_;
   std::string device_name_;
+  std::string tuning_warning_;
 };
+
+// "13.1.0" style: the cuBLASLt that tuned algorithms belong to.
+std::string cublaslt_version();
 
 }  // namespace tec::runtime

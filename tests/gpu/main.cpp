@@ -15,7 +15,8 @@ int main() {
   const std::string arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
   std::printf("device: %s (%s)\n", prop.name, arch.c_str());
   const int failures = tec::gpu_test::quantize_per_tensor_test(arch) + tec::gpu_test::delayed_update_test(arch) +
-                       tec::gpu_test::plans_test(arch) + tec::gpu_test::session_leak_test();
+                       tec::gpu_test::plans_test(arch) + tec::gpu_test::session_leak_test() +
+                       tec::gpu_test::tuning_test();
   std::printf("GPU tests: %s (%d failed case groups)\n", failures ? "FAILED" : "all passed", failures);
   return failures ? 1 : 0;
 }

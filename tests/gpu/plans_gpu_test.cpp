@@ -208,3 +208,71 @@ int session_leak_test() {
 }
 
 }  // namespace tec::gpu_test
+
+namespace tec::gpu_test {
+
+// --tune's record: a tuned algorithm is used on the GPU and cuBLASLt it was tuned on, and
+// anywhere else the session warns once and asks the heuristic; both give correct outputs.
+int tuning_test() {
+  CompileOptions options;
+  options.model_path = std::string(TEC_SOURCE_DIR) + "/examples/mlp_tiny.json";
+  options.frontend.recipe = RecipeKind::fp8_delayed;
+  options.frontend.dim_overrides["T"] = {32};
+  CompileResult compiled = compile(options);
+  auto plan = std::make_shared<const plan::Plan>(
+      plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), "mlp_tiny"));
+  runtime::Session tuner(plan, plan->profiles[0]);
+  const auto tuned = tuner.tune_gemms(8, 10);
+  int failures = tuned.size() == 2 ? 0 : 1;
+  auto with_gpu = [&](const std::string& gpu) {
+    nlohmann::json manifest = compiled.plan->manifest;
+    for (const auto& t : tuned) {
+      std::string hex;
+      for (uint8_t b : t.algo) {
+        char two[3];
+        std::snprintf(two, sizeof two, "%02x", b);
+        hex += two;
+      }
+      manifest["profiles"][0]["gpu"]["launches"][static_cast<size_t>(t.launch)]["gemm"]["algo"] = {
+          {"tuned", hex}, {"cublaslt", runtime::cublaslt_version()}, {"gpu", gpu}};
+    }
+    return std::make_shared<const plan::Plan>(plan::Plan::load(plan::serialize_plan(manifest, compiled.plan->blobs), "tuned"));
+  };
+  for (const std::string& gpu : {tuner.device_name(), std::string("Some Other GPU")}) {
+    auto p = with_gpu(gpu);
+    runtime::Session s(p, p->profiles[0]);
+    const bool expect_warning = gpu != tuner.device_name();
+    const bool warned = !s.tuning_warning().empty();
+    reference::Session inputs(*p, p->profiles[0]);
+    inputs.randomize_inputs(3);
+    for (size_t i = 0; i < p->profiles[0].buffers.size(); ++i)
+      if (p->profiles[0].buffers[i].region == "input")
+        s.upload(static_cast<int>(i), inputs.arena().data() + p->profiles[0].buffers[i].offset,
+                 static_cast<size_t>(p->profiles[0].buffers[i].bytes), nullptr);
+    s.poison(nullptr);
+    s.run(nullptr);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    reference::Session view(*p, p->profiles[0]);
+    std::vector<uint8_t> arena(static_cast<size_t>(p->arena_bytes));
+    for (size_t i = 0; i < p->profiles[0].buffers.size(); ++i) {
+      const plan::Buffer& b = p->profiles[0].buffers[i];
+      if (b.region != "constants" && b.bytes) s.download(static_cast<int>(i), arena.data() + b.offset, static_cast<size_t>(b.bytes), nullptr);
+    }
+    view.set_arena(arena);
+    inputs.run();
+    const HostTensor got = view.read("y"), want = inputs.read("y");
+    double num = 0, den = 0;
+    for (size_t i = 0; i < want.values.size(); ++i) {
+      num += std::pow(double(got.values[i]) - want.values[i], 2);
+      den += double(want.values[i]) * want.values[i];
+    }
+    const double rel = std::sqrt(num / den);
+    const bool ok = warned == expect_warning && rel < 0.05;
+    failures += ok ? 0 : 1;
+    std::printf("tuned plan, recorded GPU '%s': %s, |y-ref|/|ref| = %.2e%s\n", gpu.c_str(),
+                warned ? ("warned: " + s.tuning_warning()).c_str() : "tuned algorithms used", rel, ok ? "" : "  FAIL");
+  }
+  return failures;
+}
+
+}  // namespace tec::gpu_test
