@@ -68,16 +68,6 @@ std::vector<double> time_runs(runtime::Session& session, cudaStream_t stream, in
   return us;
 }
 
-std::vector<uint8_t> download_arena(const runtime::Session& s, cudaStream_t stream) {
-  std::vector<uint8_t> out(static_cast<size_t>(s.plan().arena_bytes));
-  // Every arena buffer, at its offset (constants live elsewhere).
-  for (size_t i = 0; i < s.profile().buffers.size(); ++i) {
-    const plan::Buffer& b = s.profile().buffers[i];
-    if (b.region != "constants" && b.bytes > 0) s.download(static_cast<int>(i), out.data() + b.offset, static_cast<size_t>(b.bytes), stream);
-  }
-  return out;
-}
-
 struct Compare {
   double rel = 0, max_abs = 0;
   bool finite = true;
@@ -139,7 +129,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     }
   };
   upload_inputs();
-  const std::vector<uint8_t> initial_arena = download_arena(session, stream);  // inputs set, state fresh
+  const std::vector<uint8_t> initial_arena = session.download_arena(stream);  // inputs set, state fresh
   json report{{"plan", plan->name},
               {"recipe", plan->recipe},
               {"profile", profile.dims},
@@ -155,7 +145,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     session.run(stream);
     TEC_CLI_CUDA(cudaStreamSynchronize(stream));
     reference::Session gpu_view(*plan, profile);
-    gpu_view.set_arena(download_arena(session, stream));
+    gpu_view.set_arena(session.download_arena(stream));
     ref.run();
     const double bound = output_bound(plan->recipe);
     std::printf("\nverify against the CPU reference (same inputs, seed %llu):\n", static_cast<unsigned long long>(o.seed));
@@ -170,21 +160,17 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     }
     // 2. Step by step: each step run on the CPU from the GPU's arena before it, and its
     // outputs compared byte for byte (kernel steps must match bit for bit).
-    std::vector<std::vector<uint8_t>> after;  // arena after each step callback
-    std::vector<int> step_of;
-    reference::Session restore(*plan, profile);
-    restore.set_arena(initial_arena);
     for (size_t i = 0; i < profile.buffers.size(); ++i) {  // fresh state and the same inputs again
       const plan::Buffer& b = profile.buffers[i];
       if (b.region != "constants" && b.bytes > 0)
         session.upload(static_cast<int>(i), initial_arena.data() + b.offset, static_cast<size_t>(b.bytes), stream);
     }
     session.poison(stream);
-    std::vector<uint8_t> before = download_arena(session, stream);
+    std::vector<uint8_t> before = session.download_arena(stream);
     std::vector<std::vector<uint8_t>> before_step(profile.steps.size()), after_step(profile.steps.size());
     session.run_eager(stream, [&](int step) {
       TEC_CLI_CUDA(cudaStreamSynchronize(stream));
-      std::vector<uint8_t> now = download_arena(session, stream);
+      std::vector<uint8_t> now = session.download_arena(stream);
       if (step >= 0) {
         before_step[static_cast<size_t>(step)] = before;
         after_step[static_cast<size_t>(step)] = now;
@@ -332,7 +318,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     session.run(stream);
     TEC_CLI_CUDA(cudaStreamSynchronize(stream));
     reference::Session view(*plan, profile);
-    view.set_arena(download_arena(session, stream));
+    view.set_arena(session.download_arena(stream));
     std::filesystem::create_directories(o.save_dir);
     for (const auto& name : profile.outputs) {
       const HostTensor t = view.read(name);

@@ -155,12 +155,12 @@ class StepLowering {
       l.module = modules_.add(KernelRequest{"row.cu", d, ""});
       l.entry = "tec_row";
       l.grid = {rows, 1, 1};
-      l.block = {TEC_ROW_THREADS_VALUE, 1, 1};
+      l.block = {kRowThreads, 1, 1};
       l.args.assign(slots.begin(), slots.end());
       out_.push_back(std::move(l));
     }
   }
-  static constexpr int64_t TEC_ROW_THREADS_VALUE = 256;  // kernels/tec_math.h TEC_ROW_THREADS
+  static constexpr int64_t kRowThreads = 256;  // TEC_ROW_THREADS in kernels/tec_math.h
 
   Producer load(const std::string& buffer, DType dtype, const std::string& what) {
     return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
@@ -184,7 +184,7 @@ class StepLowering {
     l.module = modules_.add(KernelRequest{"row.cu", defines, ""});
     l.entry = "tec_row";
     l.grid = {rows, 1, 1};
-    l.block = {TEC_ROW_THREADS_VALUE, 1, 1};
+    l.block = {kRowThreads, 1, 1};
     l.args = {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
               {LaunchArg::Kind::value, "", rows}};
     out_.push_back(std::move(l));
@@ -336,8 +336,12 @@ class StepLowering {
     }
     gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
     gemm.d_type = DType::bf16;
+    const bool whole_tensor_amax = q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::nvfp4;
     step_.fusions.push_back("gpu: " + std::string(tec::to_string(q.kind)) + " output of '" + out.name +
-                            "' staged in bf16, then quantized by a row kernel (the scale needs the output's amax first)");
+                            "' staged in bf16, then quantized by a row kernel (" +
+                            (whole_tensor_amax ? "its scale needs the whole output's amax first"
+                                               : "cuBLASLt does not write this format") +
+                            ")");
     push_gemm(gemm);
     emit_row(load(gemm.d, DType::bf16, "staging"), out);
   }

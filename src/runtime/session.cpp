@@ -468,6 +468,15 @@ void Session::download(int buffer, void* host, size_t bytes, cudaStream_t stream
   TEC_CUDA(cudaStreamSynchronize(stream), b.name);
 }
 
+std::vector<uint8_t> Session::download_arena(cudaStream_t stream) const {
+  std::vector<uint8_t> out(static_cast<size_t>(plan_->arena_bytes));
+  for (size_t i = 0; i < profile_.buffers.size(); ++i) {
+    const plan::Buffer& b = profile_.buffers[i];
+    if (b.region != "constants" && b.bytes > 0) download(static_cast<int>(i), out.data() + b.offset, static_cast<size_t>(b.bytes), stream);
+  }
+  return out;
+}
+
 void Session::poison(cudaStream_t stream) {
   for (size_t i = 0; i < profile_.buffers.size(); ++i) {
     const plan::Buffer& b = profile_.buffers[i];

@@ -43,12 +43,15 @@ class Session {
   void* address(int buffer) const;
   void upload(int buffer, const void* host, size_t bytes, cudaStream_t stream);
   void download(int buffer, void* host, size_t bytes, cudaStream_t stream) const;
+  // Every arena buffer at its offset (the host image the CPU reference runs from).
+  std::vector<uint8_t> download_arena(cudaStream_t stream) const;
   // Fills scratch and output buffers with 0xFF (NaN in every float format), so that a
   // result never written cannot pass for one.
   void poison(cudaStream_t stream);
   int64_t arena_bytes() const { return static_cast<int64_t>(plan_->arena_bytes); }
   int64_t constant_bytes() const { return static_cast<int64_t>(plan_->constants.size()); }
   int launch_count() const;
+  const std::string& device_name() const { return device_name_; }
 
   // te-compile --tune: for each GEMM launch, times the cuBLASLt heuristic's first
   // `candidates` algorithms on this session's buffers and returns the fastest.
@@ -60,8 +63,6 @@ class Session {
   std::vector<TunedGemm> tune_gemms(int candidates, int iterations);
   // Why tuned algorithms were not used (empty when they were, or there were none).
   const std::string& tuning_warning() const { return tuning_warning_; }
-  // Which cuBLASLt algorithm source each GEMM used ("heuristic").
-  const std::string& device_name() const { return device_name_; }
 
  private:
   struct Impl;

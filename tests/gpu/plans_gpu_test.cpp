@@ -22,15 +22,6 @@ namespace {
 
 using namespace tec::test::fp64;
 
-std::vector<uint8_t> arena_of(const runtime::Session& s, cudaStream_t stream) {
-  std::vector<uint8_t> out(static_cast<size_t>(s.plan().arena_bytes));
-  for (size_t i = 0; i < s.profile().buffers.size(); ++i) {
-    const plan::Buffer& b = s.profile().buffers[i];
-    if (b.region != "constants" && b.bytes > 0) s.download(static_cast<int>(i), out.data() + b.offset, static_cast<size_t>(b.bytes), stream);
-  }
-  return out;
-}
-
 std::vector<uint8_t> output_bytes(const runtime::Session& s, cudaStream_t stream) {
   std::vector<uint8_t> out;
   for (const auto& name : s.profile().outputs)
@@ -81,11 +72,11 @@ int run_case(const Case& c, const std::string& arch) {
     // that delayed scaling casts with scales from a real history.
     for (int run = 0; run < 2; ++run) {
       gpu.poison(stream);
-      std::vector<uint8_t> before = arena_of(gpu, stream);
+      std::vector<uint8_t> before = gpu.download_arena(stream);
       int kernel_steps = 0, bit_identical = 0;
       gpu.run_eager(stream, [&](int step) {
         CHECK_CUDA(cudaStreamSynchronize(stream));
-        std::vector<uint8_t> after = arena_of(gpu, stream);
+        std::vector<uint8_t> after = gpu.download_arena(stream);
         if (run == 1 && step >= 0 && profile.steps[static_cast<size_t>(step)].kind == "kernel") {
           reference::Session cpu(*plan, profile);
           cpu.set_arena(before);
@@ -120,7 +111,7 @@ int run_case(const Case& c, const std::string& arch) {
     gpu.run(stream);
     CHECK_CUDA(cudaStreamSynchronize(stream));
     reference::Session view(*plan, profile);
-    view.set_arena(arena_of(gpu, stream));
+    view.set_arena(gpu.download_arena(stream));
     const HostTensor x = view.read("x"), y = view.read("y");
     bool poisoned = false;
     for (float v : y.values) poisoned |= std::isnan(v);
@@ -253,12 +244,7 @@ int tuning_test() {
     s.run(nullptr);
     CHECK_CUDA(cudaDeviceSynchronize());
     reference::Session view(*p, p->profiles[0]);
-    std::vector<uint8_t> arena(static_cast<size_t>(p->arena_bytes));
-    for (size_t i = 0; i < p->profiles[0].buffers.size(); ++i) {
-      const plan::Buffer& b = p->profiles[0].buffers[i];
-      if (b.region != "constants" && b.bytes) s.download(static_cast<int>(i), arena.data() + b.offset, static_cast<size_t>(b.bytes), nullptr);
-    }
-    view.set_arena(arena);
+    view.set_arena(s.download_arena(nullptr));
     inputs.run();
     const HostTensor got = view.read("y"), want = inputs.read("y");
     double num = 0, den = 0;
