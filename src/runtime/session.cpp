@@ -194,7 +194,7 @@ std::string step_name(const plan::Profile& p, int step) {
 
 Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile)
     : plan_(std::move(plan)), profile_(profile), impl_(std::make_unique<Impl>()) {
-  TEC_USER_CHECK(profile_.gpu_supported, (ErrorContext{"runtime", "", "", ""}))
+  TEC_UNSUPPORTED_CHECK(profile_.gpu_supported, (ErrorContext{"runtime", "", "", ""}))
       << "this plan has no GPU code: " << profile_.gpu_reason << " (run it with --backend cpu)";
   const std::string arch = require_device();
   int device = 0;
