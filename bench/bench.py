@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of tec against the PyTorch peers on examples/mlp.json (issue 6).
+
+y = x + fc2(gelu_tanh(fc1(layernorm(x)) + b1)) + b2, h=4096, ffn=16384, bf16 activations,
+T in {16, 128, 2048, 8192}; every contender uses the same seeded weights (one safetensors
+file) and the same inputs. Each timing is the median of >= 100 runs after warm-up, with CUDA
+events, inputs rotated over 4 buffers; every contender's output is checked against an fp64
+reference. Runs on the GPU machine (PyTorch 2.11), in parts that fit one device call:
+
+  bench/bench.py --out DIR --part tec,eager        # tec plans + eager / hand-graph peers
+  bench/bench.py --out DIR --part compile-fp8      # torch.compile(max-autotune) of the FP8 peer
+  bench/bench.py --out DIR --part compile-bf16
+  bench/bench.py --out DIR --report                # table, results.json, latency.png
+"""
+import argparse, json, math, os, subprocess, struct, sys, time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+H, FFN = 4096, 16384
+TOKENS = [16, 128, 2048, 8192]
+SEED = 1234
+ROOT = Path(__file__).resolve().parent.parent
+E4M3_MAX = 448.0
+# ||y - y64|| / ||y - x||_64 bounds on the MLP branch, per recipe (tests/fp64_model.h's).
+BOUND = {"bf16": 0.01, "fp8": 0.08}
+FLOOR_BW, FLOOR_FLOPS = 3.0e12, 1.5e15  # H100 SXM: ~3.0 TB/s achievable, ~1.5 PFLOP/s dense FP8
+
+
+def weights():
+    g = torch.Generator().manual_seed(SEED)
+    def n(shape, std, mean=0.0):
+        return (torch.randn(shape, generator=g) * std + mean).to(torch.bfloat16)
+    return {
+        "ln.weight": n([H], 0.1, 1.0), "ln.bias": n([H], 0.02),
+        "fc1.weight": n([FFN, H], H ** -0.5), "fc1.bias": n([FFN], 0.02),
+        "fc2.weight": n([H, FFN], FFN ** -0.5), "fc2.bias": n([H], 0.02),
+    }
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        raw = t.contiguous().view(torch.uint8).numpy().tobytes()
+        header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+
+
+def inputs(t, count=4):
+    g = torch.Generator().manual_seed(SEED + t)
+    return [torch.randn([t, H], generator=g).to(torch.bfloat16) for _ in range(count)]
+
+
+def reference64(w, x):
+    d = {k: v.cuda().double() for k, v in w.items()}
+    x = x.cuda().double()
+    h = F.layer_norm(x, (H,), d["ln.weight"], d["ln.bias"], 1e-5)
+    a = F.gelu(h @ d["fc1.weight"].T + d["fc1.bias"], approximate="tanh")
+    return x + a @ d["fc2.weight"].T + d["fc2.bias"]
+
+
+def branch_error(y, x, ref):
+    x = x.cuda().double()
+    return (float(torch.linalg.norm(y.cuda().double() - ref)) / float(torch.linalg.norm(ref - x)))
+
+
+def time_cuda(fn, xs, iters=200, warmup=20):
+    for i in range(warmup):
+        fn(xs[i % len(xs)])
+    torch.cuda.synchronize()
+    start = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    stop = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for i in range(iters):
+        start[i].record()
+        fn(xs[i % len(xs)])
+        stop[i].record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) * 1000 for s, e in zip(start, stop))
+    return times[len(times) // 2]
+
+
+# ---- the PyTorch peers ----
+class Bf16Mlp(torch.nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        for k, v in w.items():
+            self.register_buffer(k.replace(".", "_"), v.cuda())
+
+    def forward(self, x):
+        h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
+        a = F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh")
+        return x + F.linear(a, self.fc2_weight, self.fc2_bias)
+
+
+def quantize_current(t):
+    amax = t.abs().amax().float().clamp(min=1e-12)
+    scale = E4M3_MAX / amax
+    return (t.float() * scale).to(torch.float8_e4m3fn), scale.reciprocal()
+
+
+class Fp8Mlp(torch.nn.Module):
+    """Per-tensor current scaling: amax -> scale -> cast e4m3 -> torch._scaled_mm with bias;
+    weights pre-quantized once."""
+    def __init__(self, w):
+        super().__init__()
+        self.register_buffer("ln_weight", w["ln.weight"].cuda())
+        self.register_buffer("ln_bias", w["ln.bias"].cuda())
+        for name in ("fc1", "fc2"):
+            q, s = quantize_current(w[name + ".weight"].cuda())
+            self.register_buffer(name + "_w", q)
+            self.register_buffer(name + "_s", s)
+            self.register_buffer(name + "_b", w[name + ".bias"].cuda())
+
+    def forward(self, x):
+        h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
+        h8, hs = quantize_current(h)
+        a = torch._scaled_mm(h8, self.fc1_w.t(), scale_a=hs, scale_b=self.fc1_s, bias=self.fc1_b, out_dtype=torch.bfloat16)
+        a = F.gelu(a, approximate="tanh")
+        a8, as_ = quantize_current(a)
+        return x + torch._scaled_mm(a8, self.fc2_w.t(), scale_a=as_, scale_b=self.fc2_s, bias=self.fc2_b,
+                                    out_dtype=torch.bfloat16)
+
+
+def hand_graph(module, xs):
+    static_x = xs[0].clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            module(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_y = module(static_x)
+
+    def run(x):
+        static_x.copy_(x)
+        graph.replay()
+        return static_y
+    return run
+
+
+def run_peers(out, w, names, tokens):
+    results = []
+    mods = {"bf16": Bf16Mlp(w).eval(), "fp8": Fp8Mlp(w).eval()}
+    for t in tokens:
+        xs = [x.cuda() for x in inputs(t)]
+        ref = reference64(w, xs[0])
+        for name in names:
+            kind = "fp8" if "fp8" in name else "bf16"
+            m = mods[kind]
+            with torch.no_grad():
+                if name.startswith("eager"):
+                    fn = m
+                elif name.startswith("graph"):
+                    fn = hand_graph(m, xs)
+                else:
+                    started = time.time()
+                    compiled = torch.compile(m, mode="max-autotune")
+                    compiled(xs[0])
+                    torch.cuda.synchronize()
+                    compile_s = time.time() - started
+                    fn = compiled
+                y = fn(xs[0]).clone()
+                us = time_cuda(fn, xs)
+            err = branch_error(y, xs[0], ref)
+            row = {"contender": name, "T": t, "us": us, "error": err, "bound": BOUND[kind], "ok": err <= BOUND[kind]}
+            if name.startswith("compile"):
+                row["compile_s"] = compile_s
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    with open(out / ("peers-" + "-".join(names) + ".json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def run_tec(out, w, tokens, recipes, build):
+    import numpy as np
+    graph = json.loads((ROOT / "examples" / "mlp.json").read_text())
+    graph["dims"]["T"] = tokens
+    graph["weights"] = {"file": "weights.safetensors"}
+    graph.pop("$schema", None)
+    (out / "mlp_bench.json").write_text(json.dumps(graph, indent=1))
+    results = []
+    for recipe in recipes:
+        plan = out / f"mlp.{recipe}.teplan"
+        started = time.time()
+        subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "-q"], check=True)
+        print(f"te-compile {recipe}: {time.time() - started:.1f} s for {len(tokens)} profiles", flush=True)
+        for t in tokens:
+            x = inputs(t)[0]
+            np.save(out / f"x{t}.npy", x.float().numpy())
+            report = out / f"tec.{recipe}.{t}.json"
+            saved = out / f"y.{recipe}.{t}"
+            subprocess.run([build / "cli/te-run", plan, "--shape", f"T={t}", "--iterations", "200", "--warmup", "20",
+                            "--input", f"x={out}/x{t}.npy", "--json", report, "--save-outputs", saved],
+                           check=True, stdout=subprocess.DEVNULL)
+            r = json.loads(report.read_text())
+            y = torch.from_numpy(np.load(saved / "y.npy"))
+            kind = "bf16" if recipe == "bf16" else "fp8"
+            err = branch_error(y, x, reference64(w, x))
+            row = {"contender": f"tec {recipe}", "T": t, "us": r["graph"]["p50_us"], "error": err, "bound": BOUND[kind],
+                   "ok": err <= BOUND[kind]}
+            print(json.dumps(row), flush=True)
+            results.append(row)
+    with open(out / "tec.json", "w") as f:
+        json.dump(results, f, indent=1)
+
+
+def floor_us(t):
+    weight_bytes = 2 * H * FFN  # FP8
+    io_bytes = 2 * 2 * t * H
+    flops = 2 * 2 * t * H * FFN
+    return max((weight_bytes + io_bytes) / FLOOR_BW, flops / FLOOR_FLOPS) * 1e6
+
+
+def report(out):
+    rows = []
+    for p in sorted(out.glob("*.json")):
+        if p.name.startswith(("peers-", "tec.json")):
+            rows += json.loads(p.read_text())
+    contenders = sorted({r["contender"] for r in rows}, key=lambda c: (not c.startswith("tec"), c))
+    peers = [c for c in contenders if not c.startswith("tec")]
+    best = {t: min((r for r in rows if r["T"] == t and r["contender"] in peers and r["ok"]), key=lambda r: r["us"], default=None)
+            for t in TOKENS}
+    print(f"{'contender':<26}" + "".join(f"{'T=' + str(t):>34}" for t in TOKENS))
+    print(f"{'':<26}" + "".join(f"{'us  TFLOP/s  x best  x floor':>34}" for t in TOKENS))
+    table = []
+    for c in contenders:
+        line = f"{c:<26}"
+        for t in TOKENS:
+            r = next((r for r in rows if r["contender"] == c and r["T"] == t), None)
+            if not r:
+                line += f"{'-':>34}"
+                continue
+            tflops = 2 * 2 * t * H * FFN / (r["us"] * 1e-6) / 1e12
+            ratio = r["us"] / best[t]["us"] if best[t] else float("nan")
+            fl = r["us"] / floor_us(t)
+            mark = "" if r["ok"] else "!"
+            line += f"{r['us']:>10.1f}{mark:1}{tflops:>8.0f}{ratio:>8.2f}{fl:>8.2f}"
+            table.append({**r, "tflops": tflops, "ratio_to_best_peer": ratio, "ratio_to_floor": fl})
+        print(line)
+    print("best peer: " + ", ".join(f"T={t} {best[t]['contender']} {best[t]['us']:.1f} us" for t in TOKENS if best[t]))
+    print("floor (us): " + ", ".join(f"T={t} {floor_us(t):.1f}" for t in TOKENS) + "   ('!' = outside its error bound)")
+    (out / "results.json").write_text(json.dumps({"rows": table, "floor_us": {t: floor_us(t) for t in TOKENS}}, indent=1))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for c in contenders:
+            pts = sorted((r["T"], r["us"]) for r in rows if r["contender"] == c)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=c, linewidth=2.5 if c.startswith("tec") else 1)
+        ax.plot(TOKENS, [floor_us(t) for t in TOKENS], "k--", label="floor")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("tokens T")
+        ax.set_ylabel("median latency (us)")
+        ax.set_title("examples/mlp.json on H100")
+        ax.legend(fontsize=8)
+        fig.savefig(out / "latency.png", dpi=120, bbox_inches="tight")
+        print(f"wrote {out / 'results.json'} and {out / 'latency.png'}")
+    except ImportError:
+        print("matplotlib missing: no plot")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--part", default="", help="comma list: tec, eager, compile-fp8, compile-bf16")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
+    ap.add_argument("--recipes", default="bf16,fp8-current,fp8-delayed,fp8-block")
+    ap.add_argument("--build", type=Path, default=ROOT / "build-gpu")
+    ap.add_argument("--report", action="store_true")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    tokens = [int(t) for t in a.tokens.split(",")]
+    w = weights()
+    if not (a.out / "weights.safetensors").exists():
+        write_safetensors(a.out / "weights.safetensors", w)
+    parts = [p for p in a.part.split(",") if p]
+    if "tec" in parts:
+        run_tec(a.out, w, tokens, a.recipes.split(","), a.build)
+    if "eager" in parts:
+        run_peers(a.out, w, ["eager bf16", "eager fp8", "graph bf16", "graph fp8"], tokens)
+    if "compile-fp8" in parts:
+        run_peers(a.out, w, ["compile fp8"], tokens)
+    if "compile-bf16" in parts:
+        run_peers(a.out, w, ["compile bf16"], tokens)
+    if a.report:
+        report(a.out)
+
+
+if __name__ == "__main__":
+    main()
