@@ -80,7 +80,17 @@ struct TecRow {
   i64 r;      // the row
   i64 rows;   // M
   float mean, rsigma;
+  const float* staged;  // norms: the input row in shared memory (nullptr: read it from global)
 };
+
+// Norm rows up to this length are staged in shared memory once (16-byte loads), instead of
+// being read from global memory three times (sum, squares, output).
+#define TEC_STAGE_LIMIT 8192
+#if (TEC_PRODUCER == 2 || TEC_PRODUCER == 3) && TEC_N <= TEC_STAGE_LIMIT
+#define TEC_STAGED 1
+#else
+#define TEC_STAGED 0
+#endif
 
 // Element i of row r, in fp32.
 __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& row, i64 i) {
@@ -90,7 +100,11 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #if TEC_PRODUCER == 1
   return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
 #elif TEC_PRODUCER == 2 || TEC_PRODUCER == 3
+#if TEC_STAGED
+  const float x = row.staged[i];
+#else
   const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+#endif
   float v = (x - row.mean) * row.rsigma * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
 #if TEC_PRODUCER == 2
   v += tec_load<TEC_PARAM_DTYPE>(in2, i);
@@ -138,20 +152,43 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   row.rows = (i64)args.slot[7];
   row.mean = 0.0f;
   row.rsigma = 1.0f;
+  row.staged = nullptr;
   const int t = threadIdx.x;
 #if TEC_PRODUCER == 2 || TEC_PRODUCER == 3
   {
     const void* in0 = (const void*)args.slot[0];
+#if TEC_STAGED
+    __shared__ float staged[TEC_N];
+    if (TEC_IN_DTYPE == 0 && TEC_N % 8 == 0) {
+      const uint4* src = (const uint4*)((const u16*)in0 + row.r * TEC_N);  // rows are 16-byte aligned: N % 8 == 0
+      for (i64 j = t; j < TEC_N / 8; j += TEC_ROW_THREADS) {
+        const uint4 v = src[j];
+        const u32 words[4] = {v.x, v.y, v.z, v.w};
+        for (int k = 0; k < 4; ++k) {
+          staged[8 * j + 2 * k] = __uint_as_float(words[k] << 16);
+          staged[8 * j + 2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+        }
+      }
+    } else {
+      for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) staged[i] = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+    }
+    __syncthreads();
+    row.staged = staged;
+#define TEC_X(i) staged[i]
+#else
+#define TEC_X(i) tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + (i))
+#endif
     float local = 0.0f;
 #if TEC_PRODUCER == 2
-    for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) local += tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+    for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) local += TEC_X(i);
     row.mean = tec_block_sum(local, scratch) / (float)TEC_N;
 #endif
     local = 0.0f;
     for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) {
-      const float d = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) - row.mean;
+      const float d = TEC_X(i) - row.mean;
       local += d * d;
     }
+#undef TEC_X
     const float var = tec_block_sum(local, scratch);
     row.rsigma = 1.0f / sqrtf(var / (float)TEC_N + TEC_EPS);
   }
