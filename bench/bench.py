@@ -183,7 +183,7 @@ def run_peers(out, w, names, tokens):
                 json.dump(results, f, indent=1)
 
 
-def run_tec(out, w, tokens, recipes, build):
+def run_tec(out, w, tokens, recipes, build, tune):
     import numpy as np
     graph = json.loads((ROOT / "examples" / "mlp.json").read_text())
     graph["dims"]["T"] = tokens
@@ -194,8 +194,10 @@ def run_tec(out, w, tokens, recipes, build):
     for recipe in recipes:
         plan = out / f"mlp.{recipe}.teplan"
         started = time.time()
-        subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "-q"], check=True)
-        print(f"te-compile {recipe}: {time.time() - started:.1f} s for {len(tokens)} profiles", flush=True)
+        subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "-q"] +
+                       (["--tune"] if tune else []), check=True)
+        print(f"te-compile {recipe}{' --tune' if tune else ''}: {time.time() - started:.1f} s for {len(tokens)} profiles",
+              flush=True)
         for t in tokens:
             x = inputs(t)[0]
             np.save(out / f"x{t}.npy", x.float().numpy())
@@ -281,6 +283,7 @@ def main():
     ap.add_argument("--recipes", default="bf16,fp8-current,fp8-delayed,fp8-block")
     ap.add_argument("--build", type=Path, default=ROOT / "build-gpu")
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--tune", action="store_true", help="compile tec's plans with te-compile --tune (timed GEMM algorithms)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     tokens = [int(t) for t in a.tokens.split(",")]
@@ -289,7 +292,7 @@ def main():
         write_safetensors(a.out / "weights.safetensors", w)
     parts = [p for p in a.part.split(",") if p]
     if "tec" in parts:
-        run_tec(a.out, w, tokens, a.recipes.split(","), a.build)
+        run_tec(a.out, w, tokens, a.recipes.split(","), a.build, a.tune)
     if "eager" in parts:
         run_peers(a.out, w, ["eager bf16", "eager fp8", "graph bf16", "graph fp8"], tokens)
     if "compile-fp8" in parts:

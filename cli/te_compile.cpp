@@ -117,7 +117,7 @@ void tune_plan(tec::PlanParts& parts, bool quiet) {
       tec::plan::Plan::load(tec::plan::serialize_plan(parts.manifest, parts.blobs), "the plan being tuned"));
   for (size_t p = 0; p < plan->profiles.size(); ++p) {
     tec::runtime::Session session(plan, plan->profiles[p]);
-    for (const auto& t : session.tune_gemms(8, 20)) {
+    for (const auto& t : session.tune_gemms(32, 20)) {
       std::string hex;
       for (uint8_t b : t.algo) {
         static const char* digits = "0123456789abcdef";
@@ -199,7 +199,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(tec::kOptionalPasses));
   app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
-  app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 8 algorithms for every GEMM on this machine's GPU and store "
+  app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
                                "the heuristic)");
   app.add_option("--cache-dir", cache_dir, "NVRTC kernel cache folder (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "

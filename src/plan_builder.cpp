@@ -105,6 +105,7 @@ json launches_manifest(const CompiledProfile& p) {
                      {"epilogue", g.epilogue},
                      {"c", ref(g.c)},
                      {"d", {{"buffer", ref(g.d)}, {"type", dtype_json(g.d_type)}, {"scale", ref(g.d_scale)}, {"amax", ref(g.amax_d)}}},
+                     {"fast_accum", g.fast_accum},
                      {"algo", "heuristic"}};
         break;
       }

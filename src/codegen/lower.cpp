@@ -292,6 +292,7 @@ class StepLowering {
       if (block && (w.proto.quantizer->block_rows != 128 || x.proto.quantizer->block_rows != 1))
         throw NotLowered{"linear '" + linear.name + "': cuBLASLt block scaling takes 1x128 inputs and 128x128 weights"};
       gemm.a = {data(w), w.proto.quantizer->dtype, role(w, BufferRole::scale_inv), block ? "blk128x128" : "tensor"};
+      gemm.fast_accum = !block;
       gemm.b = {data(x), x.proto.quantizer->dtype, role(x, BufferRole::scale_inv), block ? "vec128" : "tensor"};
     } else {
       if (w.proto.quantizer) throw NotLowered{"linear '" + linear.name + "' has a quantized weight but an unquantized input"};

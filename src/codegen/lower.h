@@ -39,6 +39,9 @@ struct GemmLaunch {
   std::string d;
   DType d_type = DType::bf16;
   std::string d_scale, amax_d;  // FP8 output (delayed scaling): its scale, and where its amax goes
+  // FP8 accumulation without cuBLASLt's periodic promotion to fp32: TE's forward GEMM default
+  // for per-tensor scaling (use_split_accumulator=False); block scaling always splits.
+  bool fast_accum = false;
 };
 
 struct Launch {

@@ -245,6 +245,8 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       << "GEMM output needs " << gemm.m << "x" << gemm.n << " " << to_string(gemm.d_type);
   if (gemm.d_scale >= 0) TEC_USER_CHECK(bytes_of(gemm.d_scale) >= 4, r.ctx("d")) << "D scale too small";
   if (gemm.amax_d >= 0) TEC_USER_CHECK(bytes_of(gemm.amax_d) >= 4, r.ctx("d")) << "amax too small";
+  TEC_USER_CHECK(g.field("fast_accum").is_boolean(), r.ctx("fast_accum")) << "expected a boolean";
+  gemm.fast_accum = g.field("fast_accum").get<bool>();
   const json& algo = g.field("algo");
   if (!algo.is_string() || algo.get<std::string>() != "heuristic") {
     const Reader a(algo, path + "/gemm/algo", file);

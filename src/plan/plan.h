@@ -69,6 +69,7 @@ struct Gemm {
   int d = -1;
   DType d_type = DType::bf16;
   int d_scale = -1, amax_d = -1;
+  bool fast_accum = false;  // FP8 fast accumulation (TE's forward default for per-tensor scaling)
   // "heuristic": ask cuBLASLt at load time; "tuned": te-compile --tune's timed winner, valid
   // for that cuBLASLt version and GPU (else the runtime warns and falls back).
   std::string algo_source = "heuristic";

@@ -281,6 +281,10 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
       const void* p = address(g.amax_d);
       set(CUBLASLT_MATMUL_DESC_AMAX_D_POINTER, &p, sizeof p);
     }
+    if (g.fast_accum) {
+      const int8_t fast = 1;
+      set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast);
+    }
     const cublasLtEpilogue_t epilogue = epilogue_of(g.epilogue);
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof epilogue);
     if (g.bias >= 0) {
