@@ -95,6 +95,26 @@ void inspect(const tec::plan::Plan& plan) {
                     x.quantizer ? x.quantizer->str().c_str() : std::string(tec::to_string(x.dtype)).c_str(),
                     w.quantizer ? w.quantizer->str().c_str() : std::string(tec::to_string(w.dtype)).c_str());
       }
+    if (!p.gpu_supported) {
+      std::printf("\n  GPU: no GPU code: %s\n", p.gpu_reason.c_str());
+    } else {
+      std::printf("\n  GPU launches (one CUDA graph):\n");
+      for (const auto& l : p.launches) {
+        const std::string step = l.step < 0 ? "(run)" : p.steps[static_cast<size_t>(l.step)].name;
+        if (l.kind == "gemm")
+          std::printf("  %-24s gemm    m=%lld n=%lld k=%lld A %s/%s B %s/%s -> %s, epilogue %s%s%s, algo %s\n", step.c_str(),
+                      static_cast<long long>(l.gemm.m), static_cast<long long>(l.gemm.n), static_cast<long long>(l.gemm.k),
+                      std::string(tec::to_string(l.gemm.a.type)).c_str(), l.gemm.a.scale_mode.c_str(),
+                      std::string(tec::to_string(l.gemm.b.type)).c_str(), l.gemm.b.scale_mode.c_str(),
+                      std::string(tec::to_string(l.gemm.d_type)).c_str(), l.gemm.epilogue.c_str(), l.gemm.c >= 0 ? ", C" : "",
+                      l.gemm.fast_accum ? ", fast accumulation" : "", l.gemm.algo_source.c_str());
+        else if (l.kind == "memset")
+          std::printf("  %-24s memset  %s\n", step.c_str(), p.buffers[static_cast<size_t>(l.buffer)].name.c_str());
+        else
+          std::printf("  %-24s %-7s module %d %s grid %lld\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state", l.module,
+                      l.entry.c_str(), static_cast<long long>(l.grid[0]));
+      }
+    }
     std::printf("\n  fusions:\n");
     for (const auto& s : p.steps)
       for (const auto& f : s.fusions) std::printf("  %-24s %s\n", s.name.c_str(), f.c_str());

@@ -42,6 +42,7 @@ expect("te-run --dot draws the plan" 0 "wrote" ${TE_RUN} ${WORK_DIR}/m.teplan --
 expect("te-run picks a profile" 0 "T=128" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --shape T=128)
 expect("te-run names the profiles there are" 2 "the plan has: F=256,H=64,T=32; F=256,H=64,T=128" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --shape T=64)
 expect("te-run --inspect prints tables" 0 "GEMMs (y[M,N]" ${TE_RUN} ${WORK_DIR}/m.teplan --inspect)
+expect("te-run --inspect lists the GPU launches" 0 "epilogue gelu_bias" ${TE_RUN} ${WORK_DIR}/m.teplan --inspect)
 find_program(NVIDIA_SMI nvidia-smi)
 if(NOT NVIDIA_SMI)
   expect("--tune without a GPU is a device error that says what to do" 7 "without --tune the runtime asks the cuBLASLt heuristic" ${TE_COMPILE} ${tiny} --tune -o ${WORK_DIR}/tuned.teplan)
