@@ -1,6 +1,5 @@
 #include "codegen/lower.h"
 
-#include <cfloat>
 #include <cstdio>
 
 #include "codegen/quantize_kernels.h"
@@ -149,16 +148,20 @@ class StepLowering {
     for (int pass : passes) {
       std::vector<std::string> d = defines;
       d.push_back("TEC_PASS=" + std::to_string(pass));
-      Launch l;
-      l.kind = Launch::Kind::kernel;
-      l.step = index_;
-      l.module = modules_.add(KernelRequest{"row.cu", d, ""});
-      l.entry = "tec_row";
-      l.grid = {rows, 1, 1};
-      l.block = {kRowThreads, 1, 1};
-      l.args.assign(slots.begin(), slots.end());
-      out_.push_back(std::move(l));
+      push_row_launch(std::move(d), slots, rows);
     }
+  }
+
+  void push_row_launch(std::vector<std::string> defines, const std::array<LaunchArg, 8>& slots, int64_t rows) {
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"row.cu", std::move(defines), ""});
+    l.entry = "tec_row";
+    l.grid = {rows, 1, 1};
+    l.block = {kRowThreads, 1, 1};
+    l.args.assign(slots.begin(), slots.end());
+    out_.push_back(std::move(l));
   }
   static constexpr int64_t kRowThreads = 256;  // TEC_ROW_THREADS in kernels/tec_math.h
 
@@ -178,16 +181,10 @@ class StepLowering {
     defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
     defines.push_back("TEC_OUT=0");
     defines.push_back("TEC_PASS=0");
-    Launch l;
-    l.kind = Launch::Kind::kernel;
-    l.step = index_;
-    l.module = modules_.add(KernelRequest{"row.cu", defines, ""});
-    l.entry = "tec_row";
-    l.grid = {rows, 1, 1};
-    l.block = {kRowThreads, 1, 1};
-    l.args = {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
-              {LaunchArg::Kind::value, "", rows}};
-    out_.push_back(std::move(l));
+    push_row_launch(std::move(defines),
+                    {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
+                     LaunchArg{LaunchArg::Kind::value, "", rows}},
+                    rows);
   }
 
   Producer dequantize_producer(const Value& v) {

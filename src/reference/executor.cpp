@@ -167,39 +167,37 @@ void Session::set_arena(std::span<const uint8_t> bytes) {
 }
 
 void Session::run_step(size_t s) {
-  {
-    const plan::Step& step = profile_.steps.at(s);
-    std::map<std::string, HostTensor> in_registers;  // values that live inside this step
-    for (size_t o = 0; o < step.ops.size(); ++o) {
-      const plan::Op& op = step.ops[o];
-      const ErrorContext ctx = step_context(step, op);
-      const OpDef& def = builtin_ops().get(op.op);
-      const Attributes& attrs = attrs_[s][o];  // checked and defaulted once, in the constructor
-      std::vector<HostTensor> inputs;
-      for (const std::string& name : op.inputs) {
-        auto reg = in_registers.find(name);
-        if (reg != in_registers.end()) {
-          inputs.push_back(reg->second);
-          continue;
-        }
-        TEC_USER_CHECK(!tensor_named(profile_, name).buffers.empty(), ctx)
-            << "reads '" << name << "', which has no storage and is not made earlier in this step";
-        inputs.push_back(read(name));
+  const plan::Step& step = profile_.steps.at(s);
+  std::map<std::string, HostTensor> in_registers;  // values that live inside this step
+  for (size_t o = 0; o < step.ops.size(); ++o) {
+    const plan::Op& op = step.ops[o];
+    const ErrorContext ctx = step_context(step, op);
+    const OpDef& def = builtin_ops().get(op.op);
+    const Attributes& attrs = attrs_[s][o];  // checked and defaulted once, in the constructor
+    std::vector<HostTensor> inputs;
+    for (const std::string& name : op.inputs) {
+      auto reg = in_registers.find(name);
+      if (reg != in_registers.end()) {
+        inputs.push_back(reg->second);
+        continue;
       }
-      std::vector<HostTensor> outputs = with_context(ctx, [&] { return def.reference(attrs, inputs); });
-      TEC_USER_CHECK(outputs.size() == op.outputs.size(), ctx) << "the op makes " << outputs.size() << " outputs, the plan lists "
-                                                                << op.outputs.size();
-      for (size_t i = 0; i < outputs.size(); ++i) {
-        const plan::Tensor& t = tensor_named(profile_, op.outputs[i]);
-        TEC_USER_CHECK(static_cast<int64_t>(outputs[i].values.size()) == t.proto.shape.numel(), ctx)
-            << "output '" << t.name << "' has " << outputs[i].values.size() << " values, the plan says shape "
-            << t.proto.shape.str();
-        outputs[i].shape = t.proto.shape;
-        if (t.buffers.empty())
-          in_registers[t.name] = std::move(outputs[i]);
-        else
-          store(t, std::move(outputs[i].values));
-      }
+      TEC_USER_CHECK(!tensor_named(profile_, name).buffers.empty(), ctx)
+          << "reads '" << name << "', which has no storage and is not made earlier in this step";
+      inputs.push_back(read(name));
+    }
+    std::vector<HostTensor> outputs = with_context(ctx, [&] { return def.reference(attrs, inputs); });
+    TEC_USER_CHECK(outputs.size() == op.outputs.size(), ctx) << "the op makes " << outputs.size() << " outputs, the plan lists "
+                                                              << op.outputs.size();
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      const plan::Tensor& t = tensor_named(profile_, op.outputs[i]);
+      TEC_USER_CHECK(static_cast<int64_t>(outputs[i].values.size()) == t.proto.shape.numel(), ctx)
+          << "output '" << t.name << "' has " << outputs[i].values.size() << " values, the plan says shape "
+          << t.proto.shape.str();
+      outputs[i].shape = t.proto.shape;
+      if (t.buffers.empty())
+        in_registers[t.name] = std::move(outputs[i]);
+      else
+        store(t, std::move(outputs[i].values));
     }
   }
 }

@@ -104,28 +104,31 @@ Status Session::run_eager(cudaStream_t stream) {
   });
 }
 
-Result<TensorView> Session::input(const std::string& name) const {
+namespace {
+
+// The device view of `name` if it is one of `names` (the profile's inputs or outputs).
+Result<TensorView> device_view(const runtime::Session* session, const std::vector<std::string> plan::Profile::*names,
+                               const std::string& name, const char* what) {
   return guarded([&]() -> Result<TensorView> {
-    TEC_USAGE_CHECK(session_ != nullptr, {}) << "no session";
-    const plan::Profile& p = session_->profile();
-    auto it = std::find(p.inputs.begin(), p.inputs.end(), name);
-    TEC_USAGE_CHECK(it != p.inputs.end(), (ErrorContext{"runtime", name, "", ""})) << "the plan has no input '" << name << "'";
+    TEC_USAGE_CHECK(session != nullptr, {}) << "no session";
+    const plan::Profile& p = session->profile();
+    const auto& list = p.*names;
+    TEC_USAGE_CHECK(std::find(list.begin(), list.end(), name) != list.end(), (ErrorContext{"runtime", name, "", ""}))
+        << "the plan has no " << what << " '" << name << "'";
     TensorView v = views(p, {name}).at(0);
-    v.data = session_->address(p.tensors.at(name).buffers.at(BufferRole::data));
+    v.data = session->address(p.tensors.at(name).buffers.at(BufferRole::data));
     return v;
   });
 }
 
+}  // namespace
+
+Result<TensorView> Session::input(const std::string& name) const {
+  return device_view(session_.get(), &plan::Profile::inputs, name, "input");
+}
+
 Result<TensorView> Session::output(const std::string& name) const {
-  return guarded([&]() -> Result<TensorView> {
-    TEC_USAGE_CHECK(session_ != nullptr, {}) << "no session";
-    const plan::Profile& p = session_->profile();
-    auto it = std::find(p.outputs.begin(), p.outputs.end(), name);
-    TEC_USAGE_CHECK(it != p.outputs.end(), (ErrorContext{"runtime", name, "", ""})) << "the plan has no output '" << name << "'";
-    TensorView v = views(p, {name}).at(0);
-    v.data = session_->address(p.tensors.at(name).buffers.at(BufferRole::data));
-    return v;
-  });
+  return device_view(session_.get(), &plan::Profile::outputs, name, "output");
 }
 
 }  // namespace tec

@@ -160,6 +160,7 @@ struct Session::Impl {
   std::vector<GemmState> gemms;            // per launch (unused entries for non-GEMMs)
   std::vector<cudaKernel_t> kernels;       // per launch
   std::vector<KernelSlots> slots;          // per launch
+  std::vector<std::string> where;          // per launch: the step it belongs to, for errors
   cudaStream_t capture_stream = nullptr;
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
@@ -235,9 +236,10 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   s.gemms.resize(n);
   s.kernels.assign(n, nullptr);
   s.slots.resize(n);
+  for (size_t i = 0; i < n; ++i) s.where.push_back(step_name(profile_, profile_.launches[i].step));
   for (size_t i = 0; i < n; ++i) {
     const plan::Launch& l = profile_.launches[i];
-    const std::string where = step_name(profile_, l.step);
+    const std::string& where = s.where[i];
     if (l.module >= 0)
       TEC_CUDA(cudaLibraryGetKernel(&s.kernels[i], s.shared->libraries.at(static_cast<size_t>(l.module)), l.entry.c_str()),
                where);
@@ -370,7 +372,7 @@ std::vector<Session::TunedGemm> Session::tune_gemms(int candidates, int iteratio
   for (size_t i = 0; i < profile_.launches.size(); ++i) {
     const plan::Launch& l = profile_.launches[i];
     if (l.kind != "gemm") continue;
-    const std::string where = step_name(profile_, l.step);
+    const std::string& where = s.where[i];
     Impl::GemmState& st = s.gemms[i];
     cublasLtMatmulPreference_t pref = nullptr;
     TEC_CUDA(cublasLtMatmulPreferenceCreate(&pref), where);
@@ -424,7 +426,7 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
   const size_t n = profile_.launches.size();
   for (size_t i = 0; i < n; ++i) {
     const plan::Launch& l = profile_.launches[i];
-    const std::string where = step_name(profile_, l.step);
+    const std::string& where = s.where[i];
     if (l.kind == "memset") {
       const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(l.buffer));
       TEC_CUDA(cudaMemsetAsync(address(l.buffer), 0, static_cast<size_t>(b.bytes), stream), where);
