@@ -185,6 +185,28 @@ TEST_CASE("references to missing buffers and tensors") {
         }).find("does not match tensor 'y'") != std::string::npos);
 }
 
+TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are rejected at load") {
+  // The launch of the first GEMM and of the first kernel in profile 0.
+  auto launch = [](nlohmann::json& m, const char* kind) -> nlohmann::json& {
+    for (auto& l : m["profiles"][0]["gpu"]["launches"])
+      if (l["kind"] == kind) return l;
+    throw std::runtime_error("no such launch");
+  };
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["args"][0] = {{"buffer", 9999}}; })
+            .find("expected null or a buffer index below") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["module"] = 77; }).find("expected an integer in [0, ") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["block"] = {4096, 1, 1}; }).find("entries must be integers in [1, 1024]") !=
+        std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["kind"] = "shell"; }).find("unknown launch kind 'shell'") !=
+        std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["k"] = 1 << 20; }).find("GEMM operand a needs") !=
+        std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["d"]["buffer"] = launch(m, "gemm")["gemm"]["a"]["buffer"]; })
+            .find("which is a constant") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["algo"] = {{"tuned", "zz"}, {"cublaslt", "1"}, {"gpu", "x"}}; })
+            .find("128 lowercase hex digits") != std::string::npos);
+}
+
 TEST_CASE("size products that overflow 64 bits, and absurd shapes") {
   CHECK(manifest_error([](auto& m) {
           m["profiles"][0]["buffers"][0]["shape"] = {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31};
