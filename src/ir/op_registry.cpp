@@ -17,8 +17,9 @@ std::string_view to_string(AttrType type) {
 }
 
 void OpRegistry::add(OpDef def) {
-  TEC_INTERNAL_CHECK(def.infer && def.infer_backward && def.reference, {})
-      << "op '" << def.name << "' lacks infer, infer_backward or reference";
+  // infer_backward may be missing: such an op (the general tensor math) is inference-only,
+  // and the meta pass says so when a gradient would flow through it.
+  TEC_INTERNAL_CHECK(def.infer && def.reference, {}) << "op '" << def.name << "' lacks infer or reference";
   TEC_INTERNAL_CHECK(!ops_.count(def.name), {}) << "op '" << def.name << "' registered twice";
   std::string name = def.name;
   ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));

@@ -91,6 +91,7 @@ struct OpDef {
   // The fake forward: output protos, saved tensors (train) and workspaces.
   std::function<InferResult(const InferContext&)> infer;
   // The fake backward: gradient protos, and which saved tensors it reads with which usage.
+  // Empty for inference-only ops.
   std::function<BackwardResult(const BackwardContext&)> infer_backward;
   // The CPU reference of the forward, in float (accumulating in fp32), used by the
   // reference executor. Inputs: activations, then params, as in the node.

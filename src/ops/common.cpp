@@ -1,5 +1,7 @@
 #include "ops/common.h"
 
+#include <algorithm>
+
 namespace tec {
 
 const OpRegistry& builtin_ops() {
@@ -11,6 +13,7 @@ const OpRegistry& builtin_ops() {
     register_elementwise_ops(r);
     register_quantize_ops(r);
     register_shape_ops(r);
+    register_tensor_math_ops(r);
     return r;
   }();
   return registry;
@@ -60,6 +63,44 @@ void require_high_precision(const InferContext& ctx, int slot) {
   TEC_USER_CHECK(!p.is_quantized(), ctx.error)
       << "input '" << ctx.graph.value(ctx.node.inputs.at(static_cast<size_t>(slot))).name
       << "' is quantized (" << p.quantizer->str() << "); this op reads high-precision values, add a dequantize";
+}
+
+
+std::optional<Shape> broadcast_shape(const Shape& a, const Shape& b) {
+  const size_t rank = std::max(a.rank(), b.rank());
+  std::vector<int64_t> out(rank);
+  for (size_t i = 0; i < rank; ++i) {
+    const int64_t da = i < rank - a.rank() ? 1 : a.dims[i - (rank - a.rank())];
+    const int64_t db = i < rank - b.rank() ? 1 : b.dims[i - (rank - b.rank())];
+    if (da != db && da != 1 && db != 1) return std::nullopt;
+    out[i] = std::max(da, db);
+  }
+  return Shape(out);
+}
+
+// For each element of `out`, the index of the element of `in` it reads under broadcasting.
+std::vector<size_t> broadcast_index(const Shape& in, const Shape& out) {
+  const size_t rank = out.rank();
+  std::vector<int64_t> in_strides(rank, 0);
+  int64_t stride = 1;
+  for (size_t i = in.rank(); i-- > 0;) {
+    const size_t o = i + (rank - in.rank());
+    in_strides[o] = in.dims[i] == 1 ? 0 : stride;
+    stride *= in.dims[i];
+  }
+  const auto n = static_cast<size_t>(out.numel());
+  std::vector<size_t> index(n);
+  std::vector<int64_t> coord(rank, 0);
+  for (size_t e = 0; e < n; ++e) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < rank; ++d) offset += coord[d] * in_strides[d];
+    index[e] = static_cast<size_t>(offset);
+    for (size_t d = rank; d-- > 0;) {
+      if (++coord[d] < out.dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return index;
 }
 
 }  // namespace tec

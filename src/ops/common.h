@@ -15,6 +15,7 @@ void register_norm_ops(OpRegistry& registry);
 void register_elementwise_ops(OpRegistry& registry);
 void register_quantize_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
+void register_tensor_math_ops(OpRegistry& registry);
 
 // A high-precision tensor of the same shape and nominal dtype (drops any quantizer).
 TensorProto dense_like(const TensorProto& proto);
@@ -31,6 +32,13 @@ std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx);
 std::vector<HostTensor> identity_reference(const Attributes& attrs, const std::vector<HostTensor>& in);
 // The backward of an op that saves nothing and passes or rescales the gradient.
 BackwardResult passthrough_backward(const BackwardContext& ctx);
+
+// numpy / ONNX multidirectional broadcasting: the result shape, or nullopt when the shapes
+// do not broadcast.
+std::optional<Shape> broadcast_shape(const Shape& a, const Shape& b);
+// For each element of `out` (row-major), the index of the element of `in` it reads when `in`
+// is broadcast to `out`.
+std::vector<size_t> broadcast_index(const Shape& in, const Shape& out);
 
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank);
 void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what);

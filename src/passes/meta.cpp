@@ -35,8 +35,9 @@ void run_forward(Graph& g) {
     const OpDef& def = ops.get(node.op);
     const ErrorContext ctx = g.context(n, "meta");
     InferContext infer_ctx{g, node, ctx, input_protos(g, node)};
-    size_t params = 0;
-    for (ValueId in : node.inputs) params += g.value(in).kind == ValueKind::weight;
+    // The op's own parameters (a linear's weight), not constants read as operands (a weight
+    // value that an ONNX Mul multiplies by).
+    const size_t params = def.params ? def.params(node.attrs, DType::fp32).size() : 0;
     check_input_count(def, node, params, ctx);
     InferResult result = with_context(ctx, [&] { return def.infer(infer_ctx); });
     TEC_INTERNAL_CHECK(result.outputs.size() == node.outputs.size(), ctx) << "infer returned the wrong output count";
@@ -72,6 +73,8 @@ void run_backward(Graph& g) {
     if (!any_grad) continue;
     const OpDef& def = ops.get(node.op);
     const ErrorContext ctx = g.context(n, "meta");
+    TEC_UNSUPPORTED_CHECK(def.infer_backward != nullptr, ctx)
+        << "op '" << node.op << "' has no backward; train mode cannot pass a gradient through it";
     BackwardContext bctx{g, node, ctx, input_protos(g, node), node.saved, {}};
     for (ValueId out : node.outputs) {
       const auto& grad = grads[static_cast<size_t>(out)];

@@ -3,6 +3,8 @@
 // that every registered op has a case here.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "ops/common.h"
@@ -101,19 +103,88 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
   }
 }
 
+// The general tensor math the ONNX frontend maps leftovers onto: inference only.
+const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast"};
+
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;
   for (const auto& c : op_cases()) tested.insert(c.op);
   for (const OpDef* def : builtin_ops().all()) {
     CAPTURE(def->name);
     CHECK(static_cast<bool>(def->infer));
-    CHECK(static_cast<bool>(def->infer_backward));
+    CHECK(static_cast<bool>(def->infer_backward) != (kInferenceOnly.count(def->name) == 1));
     CHECK_FALSE(def->summary.empty());
     CHECK(def->min_inputs <= def->max_inputs);
-    CHECK(tested.count(def->name) == 1);
+    CHECK(tested.count(def->name) + kInferenceOnly.count(def->name) == 1);
   }
-  // The op list of ARCHITECTURE.md §4 that the foundation covers; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 17);
+  // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
+  // math; a tripwire for README's table.
+  CHECK(builtin_ops().all().size() == 23);
+}
+
+HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
+
+std::vector<float> run_reference(const std::string& op, const std::string& attrs_json, std::vector<HostTensor> in) {
+  Attributes attrs;
+  const nlohmann::json parsed = nlohmann::json::parse(attrs_json);
+  for (const auto& [k, v] : parsed.items()) {
+    if (v.is_string()) attrs.values[k] = v.get<std::string>();
+    else if (v.is_boolean()) attrs.values[k] = v.get<bool>();
+    else if (v.is_array()) attrs.values[k] = v.get<std::vector<int64_t>>();
+  }
+  return builtin_ops().get(op).reference(attrs, in).at(0).values;
+}
+
+std::string general_op_graph(const std::string& op, const std::string& attrs, const std::vector<std::string>& shapes) {
+  std::string inputs, names;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    inputs += (i ? "," : "") + std::string(R"({"name": "in)") + std::to_string(i) + R"(", "shape": )" + shapes[i] + "}";
+    names += (i ? "," : "") + std::string("\"in") + std::to_string(i) + "\"";
+  }
+  return R"({"inputs": [)" + inputs + R"(], "ops": [{"name": "op", "op": ")" + op + R"(", "inputs": [)" + names +
+         R"(], "attrs": )" + attrs + R"(}], "outputs": ["op"]})";
+}
+
+TEST_CASE("general tensor math: shapes follow numpy, values follow the math") {
+  auto out_shape = [](const std::string& op, const std::string& attrs, const std::vector<std::string>& shapes) {
+    return test::value_named(test::compile_text(general_op_graph(op, attrs, shapes)).at(0), "op").proto.shape;
+  };
+  CHECK(out_shape("binary", R"({"fn": "add"})", {"[2, 3]", "[3]"}) == Shape{2, 3});
+  CHECK(out_shape("binary", R"({"fn": "pow"})", {"[4, 1, 5]", "[3, 1]"}) == Shape{4, 3, 5});
+  CHECK(out_shape("matmul", "{}", {"[2, 1, 4, 3]", "[5, 3, 6]"}) == Shape{2, 5, 4, 6});
+  CHECK(out_shape("matmul", "{}", {"[3]", "[3, 6]"}) == Shape{6});
+  CHECK(out_shape("reduce_mean", R"({"axes": [-1], "keepdims": true})", {"[4, 6]"}) == Shape{4, 1});
+  CHECK(out_shape("reduce_mean", R"({"axes": [0, 2], "keepdims": false})", {"[4, 6, 2]"}) == Shape{6});
+  CHECK(out_shape("transpose", R"({"perm": [2, 0, 1]})", {"[4, 6, 2]"}) == Shape{2, 4, 6});
+  CHECK(out_shape("transpose", "{}", {"[4, 6, 2]"}) == Shape{2, 6, 4});
+  CHECK(test::value_named(test::compile_text(general_op_graph("cast", R"({"dtype": "fp16"})", {"[4, 8]"})).at(0), "op")
+            .proto.dtype == DType::fp16);
+
+  CHECK(run_reference("binary", R"({"fn": "sub"})", {host({2, 2}, {1, 2, 3, 4}), host({2}, {10, 20})}) ==
+        std::vector<float>{-9, -18, -7, -16});
+  CHECK(run_reference("binary", R"({"fn": "div"})", {host({2}, {1, 3}), host({}, {2})}) == std::vector<float>{0.5f, 1.5f});
+  CHECK(run_reference("matmul", "{}", {host({2, 3}, {1, 2, 3, 4, 5, 6}), host({3, 1}, {1, 0, -1})}) ==
+        std::vector<float>{-2, -2});
+  CHECK(run_reference("reduce_mean", R"({"axes": [0]})", {host({2, 2}, {1, 2, 3, 6})}) == std::vector<float>{2, 4});
+  CHECK(run_reference("transpose", "{}", {host({2, 3}, {1, 2, 3, 4, 5, 6})}) == std::vector<float>{1, 4, 2, 5, 3, 6});
+  const float x = 0.7f;
+  for (const auto& [fn, expected] : std::vector<std::pair<std::string, double>>{
+           {"sigmoid", 1 / (1 + std::exp(-0.7))}, {"tanh", std::tanh(0.7)}, {"erf", std::erf(0.7)},
+           {"sqrt", std::sqrt(0.7)}, {"reciprocal", 1 / 0.7}, {"neg", -0.7}}) {
+    CAPTURE(fn);
+    CHECK(run_reference("unary", R"({"fn": ")" + fn + R"("})", {host({1}, {x})}).at(0) == doctest::Approx(expected).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("general tensor math has no backward: train mode says so") {
+  FrontendOptions train;
+  train.mode = Mode::train;
+  std::string graph = general_op_graph("binary", R"({"fn": "mul"})", {"[4, 8]", "[4, 8]"});
+  const std::string first_shape = R"("shape": [4, 8]})";
+  graph.replace(graph.find(first_shape), first_shape.size(), R"("shape": [4, 8], "requires_grad": true})");
+  const Error e = test::error_of([&] { (void)test::compile_text(graph, train); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK(std::string(e.what()).find("op 'binary' has no backward") != std::string::npos);
 }
 
 TEST_CASE("linear: tensor-parallel shape effects for tp=2 and tp=4") {

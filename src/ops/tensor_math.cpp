@@ -1,0 +1,295 @@
+// General tensor math: numpy-broadcast binary ops, unary math, matmul, reduce_mean,
+// transpose and cast. The ONNX frontend maps a standalone ONNX op here when it is not part of
+// a pattern that becomes one of the TE ops (linear, gelu, layernorm, ...). These run on the
+// CPU reference executor; the GPU lowering reports them as having no kernel, so a plan that
+// needs them says "no GPU code" and why.
+#include <algorithm>
+#include <cmath>
+
+#include "core/parallel.h"
+#include "ops/common.h"
+#include "tec_math.h"
+
+namespace tec {
+
+namespace {
+
+const std::vector<std::string> kBinaryFunctions = {"add", "sub", "mul", "div", "pow"};
+const std::vector<std::string> kUnaryFunctions = {"sigmoid", "tanh", "erf", "sqrt", "reciprocal", "neg"};
+
+DType common_dtype(const InferContext& ctx) {
+  const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
+  TEC_USER_CHECK(a == b, ctx.error) << "dtype mismatch: " << ctx.node.attrs.get_string("fn", "") << " needs equal dtypes, got "
+                                    << to_string(a) << " and " << to_string(b);
+  return a;
+}
+
+InferResult infer_binary(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  require_high_precision(ctx, 1);
+  const DType dtype = common_dtype(ctx);
+  auto out = broadcast_shape(ctx.inputs[0].shape, ctx.inputs[1].shape);
+  TEC_USER_CHECK(out.has_value(), ctx.error)
+      << "shapes " << ctx.inputs[0].shape.str() << " and " << ctx.inputs[1].shape.str() << " do not broadcast";
+  return InferResult{{TensorProto::dense(*out, dtype)}, {}, {}};
+}
+
+float apply_binary(const std::string& fn, float a, float b) {
+  if (fn == "add") return a + b;
+  if (fn == "sub") return a - b;
+  if (fn == "mul") return a * b;
+  if (fn == "div") return a / b;
+  return std::pow(a, b);
+}
+
+std::vector<HostTensor> reference_binary(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const std::string fn = attrs.get_string("fn", "add");
+  const Shape out_shape = *broadcast_shape(in[0].shape, in[1].shape);
+  const auto ia = broadcast_index(in[0].shape, out_shape), ib = broadcast_index(in[1].shape, out_shape);
+  HostTensor out{out_shape, std::vector<float>(ia.size())};
+  for (size_t e = 0; e < ia.size(); ++e) out.values[e] = apply_binary(fn, in[0].values[ia[e]], in[1].values[ib[e]]);
+  return {std::move(out)};
+}
+
+float apply_unary(const std::string& fn, float x) {
+  if (fn == "sigmoid") return 1.0f / (1.0f + tec_exp(-x));
+  if (fn == "tanh") return tec_tanh(x);
+  if (fn == "erf") return tec_erf(x);
+  if (fn == "sqrt") return std::sqrt(x);
+  if (fn == "reciprocal") return 1.0f / x;
+  return -x;
+}
+
+std::vector<HostTensor> reference_unary(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const std::string fn = attrs.get_string("fn", "sigmoid");
+  HostTensor out = in[0];
+  for (float& v : out.values) v = apply_unary(fn, v);
+  return {std::move(out)};
+}
+
+InferResult infer_dense_same(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  return InferResult{{dense_like(ctx.inputs[0])}, {}, {}};
+}
+
+// matmul with numpy semantics: 1-D operands are promoted and the promoted dim dropped,
+// batch dims broadcast.
+struct MatmulShapes {
+  Shape a, b;  // promoted to rank >= 2
+  Shape batch;
+  int64_t m, k, n;
+  Shape out;
+};
+
+std::optional<MatmulShapes> matmul_shapes(const Shape& a0, const Shape& b0, std::string& why) {
+  if (a0.rank() == 0 || b0.rank() == 0) {
+    why = "matmul operands must have rank >= 1";
+    return std::nullopt;
+  }
+  MatmulShapes s;
+  s.a = a0.rank() == 1 ? Shape{1, a0[0]} : a0;
+  s.b = b0.rank() == 1 ? Shape{b0[0], 1} : b0;
+  s.m = s.a.dims[s.a.rank() - 2];
+  s.k = s.a.back();
+  s.n = s.b.back();
+  if (s.b.dims[s.b.rank() - 2] != s.k) {
+    why = "inner dims differ: " + a0.str() + " x " + b0.str();
+    return std::nullopt;
+  }
+  auto batch = broadcast_shape(Shape(std::vector<int64_t>(s.a.dims.begin(), s.a.dims.end() - 2)),
+                               Shape(std::vector<int64_t>(s.b.dims.begin(), s.b.dims.end() - 2)));
+  if (!batch) {
+    why = "batch dims do not broadcast: " + a0.str() + " x " + b0.str();
+    return std::nullopt;
+  }
+  s.batch = *batch;
+  std::vector<int64_t> out = s.batch.dims;
+  if (a0.rank() != 1) out.push_back(s.m);
+  if (b0.rank() != 1) out.push_back(s.n);
+  s.out = Shape(out);
+  return s;
+}
+
+InferResult infer_matmul(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  require_high_precision(ctx, 1);
+  const DType dtype = common_dtype(ctx);
+  std::string why;
+  auto s = matmul_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape, why);
+  TEC_USER_CHECK(s.has_value(), ctx.error) << why;
+  return InferResult{{TensorProto::dense(s->out, dtype)}, {}, {}};
+}
+
+std::vector<HostTensor> reference_matmul(const Attributes&, const std::vector<HostTensor>& in) {
+  std::string why;
+  const MatmulShapes s = *matmul_shapes(in[0].shape, in[1].shape, why);
+  Shape a_batch(std::vector<int64_t>(s.a.dims.begin(), s.a.dims.end() - 2));
+  Shape b_batch(std::vector<int64_t>(s.b.dims.begin(), s.b.dims.end() - 2));
+  const auto ia = broadcast_index(a_batch, s.batch), ib = broadcast_index(b_batch, s.batch);
+  HostTensor out{s.out, std::vector<float>(static_cast<size_t>(s.out.numel()))};
+  const auto mk = static_cast<size_t>(s.m * s.k), kn = static_cast<size_t>(s.k * s.n), mn = static_cast<size_t>(s.m * s.n);
+  parallel_for(static_cast<int64_t>(ia.size()), [&](int64_t batch) {
+    const float* a = &in[0].values[ia[static_cast<size_t>(batch)] * mk];
+    const float* b = &in[1].values[ib[static_cast<size_t>(batch)] * kn];
+    float* y = &out.values[static_cast<size_t>(batch) * mn];
+    for (int64_t r = 0; r < s.m; ++r)
+      for (int64_t c = 0; c < s.n; ++c) {
+        float acc = 0.0f;
+        for (int64_t i = 0; i < s.k; ++i) acc += a[r * s.k + i] * b[i * s.n + c];
+        y[r * s.n + c] = acc;
+      }
+  });
+  return {std::move(out)};
+}
+
+// Axes normalized to [0, rank), sorted; empty means all.
+std::vector<size_t> normalized_axes(const std::vector<int64_t>& axes, size_t rank, const ErrorContext& ctx, const char* what) {
+  std::vector<size_t> out;
+  for (int64_t a : axes) {
+    const int64_t r = static_cast<int64_t>(rank);
+    TEC_USER_CHECK(a >= -r && a < r, ctx) << what << " axis " << a << " is out of range for rank " << rank;
+    out.push_back(static_cast<size_t>(a < 0 ? a + r : a));
+  }
+  std::sort(out.begin(), out.end());
+  TEC_USER_CHECK(std::adjacent_find(out.begin(), out.end()) == out.end(), ctx) << what << " axes repeat";
+  return out;
+}
+
+Shape reduced_shape(const Shape& in, const std::vector<size_t>& axes, bool keepdims) {
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < in.rank(); ++d) {
+    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), d) != axes.end();
+    if (!reduced)
+      out.push_back(in.dims[d]);
+    else if (keepdims)
+      out.push_back(1);
+  }
+  return Shape(out);
+}
+
+InferResult infer_reduce_mean(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  const TensorProto& x = ctx.inputs[0];
+  const auto axes = normalized_axes(ctx.node.attrs.get_ints("axes"), x.shape.rank(), ctx.error, "reduce_mean");
+  return InferResult{{TensorProto::dense(reduced_shape(x.shape, axes, ctx.node.attrs.get_bool("keepdims", true)), x.dtype)},
+                     {},
+                     {}};
+}
+
+std::vector<HostTensor> reference_reduce_mean(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const HostTensor& x = in[0];
+  const auto axes = normalized_axes(attrs.get_ints("axes"), x.shape.rank(), {}, "reduce_mean");
+  // The kept shape with every reduced dim as 1, so that broadcast_index maps input to output.
+  const Shape kept = reduced_shape(x.shape, axes, true);
+  const auto index = broadcast_index(kept, x.shape);
+  std::vector<double> sums(static_cast<size_t>(kept.numel()), 0.0);
+  for (size_t e = 0; e < index.size(); ++e) sums[index[e]] += x.values[e];
+  const double count = static_cast<double>(x.shape.numel()) / static_cast<double>(kept.numel());
+  HostTensor out{reduced_shape(x.shape, axes, attrs.get_bool("keepdims", true)), {}};
+  for (double s : sums) out.values.push_back(static_cast<float>(s / count));
+  return {std::move(out)};
+}
+
+std::vector<size_t> permutation(const Attributes& attrs, size_t rank, const ErrorContext& ctx) {
+  std::vector<int64_t> perm = attrs.get_ints("perm");
+  if (perm.empty())
+    for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+  TEC_USER_CHECK(perm.size() == rank, ctx) << "perm has " << perm.size() << " entries for a rank-" << rank << " tensor";
+  auto axes = normalized_axes(perm, rank, ctx, "transpose");
+  (void)axes;  // checks range and repeats
+  std::vector<size_t> out;
+  for (int64_t p : perm) out.push_back(static_cast<size_t>(p < 0 ? p + static_cast<int64_t>(rank) : p));
+  return out;
+}
+
+Shape permuted(const Shape& s, const std::vector<size_t>& perm) {
+  std::vector<int64_t> out;
+  for (size_t p : perm) out.push_back(s.dims[p]);
+  return Shape(out);
+}
+
+InferResult infer_transpose(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  const TensorProto& x = ctx.inputs[0];
+  return InferResult{{TensorProto::dense(permuted(x.shape, permutation(ctx.node.attrs, x.shape.rank(), ctx.error)), x.dtype)},
+                     {},
+                     {}};
+}
+
+std::vector<HostTensor> reference_transpose(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const HostTensor& x = in[0];
+  const auto perm = permutation(attrs, x.shape.rank(), {});
+  const Shape out_shape = permuted(x.shape, perm);
+  const auto in_strides = x.shape.contiguous_strides();
+  HostTensor out{out_shape, std::vector<float>(x.values.size())};
+  std::vector<int64_t> coord(out_shape.rank(), 0);
+  for (size_t e = 0; e < out.values.size(); ++e) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < coord.size(); ++d) offset += coord[d] * in_strides[perm[d]];
+    out.values[e] = x.values[static_cast<size_t>(offset)];
+    for (size_t d = coord.size(); d-- > 0;) {
+      if (++coord[d] < out_shape.dims[d]) break;
+      coord[d] = 0;
+    }
+  }
+  return {std::move(out)};
+}
+
+InferResult infer_cast(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  return InferResult{{TensorProto::dense(ctx.inputs[0].shape, *parse_dtype(ctx.node.attrs.get_string("dtype", "fp32")))}, {}, {}};
+}
+
+}  // namespace
+
+void register_tensor_math_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "binary",
+      .summary = "a (fn) b elementwise with numpy broadcasting: add, sub, mul, div, pow (CPU reference only)",
+      .min_inputs = 2,
+      .max_inputs = 2,
+      .attrs = {{"fn", AttrType::string_, std::nullopt, kBinaryFunctions, "the function"}},
+      .infer = infer_binary,
+      .reference = reference_binary,
+  });
+  registry.add(OpDef{
+      .name = "unary",
+      .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg (CPU reference only)",
+      .attrs = {{"fn", AttrType::string_, std::nullopt, kUnaryFunctions, "the function"}},
+      .infer = infer_dense_same,
+      .reference = reference_unary,
+  });
+  registry.add(OpDef{
+      .name = "matmul",
+      .summary = "a @ b with numpy semantics (batch broadcasting, 1-D promotion); both operands at run time "
+                 "(CPU reference only; a constant 2-D b becomes linear)",
+      .min_inputs = 2,
+      .max_inputs = 2,
+      .infer = infer_matmul,
+      .reference = reference_matmul,
+  });
+  registry.add(OpDef{
+      .name = "reduce_mean",
+      .summary = "mean over axes (all when empty) (CPU reference only)",
+      .attrs = {{"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "axes to reduce; empty: all"},
+                {"keepdims", AttrType::bool_, AttrValue{true}, {}, "keep reduced dims as 1"}},
+      .infer = infer_reduce_mean,
+      .reference = reference_reduce_mean,
+  });
+  registry.add(OpDef{
+      .name = "transpose",
+      .summary = "permute the dims (default: reverse) (CPU reference only)",
+      .attrs = {{"perm", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the permutation; empty: reverse"}},
+      .infer = infer_transpose,
+      .reference = reference_transpose,
+  });
+  registry.add(OpDef{
+      .name = "cast",
+      .summary = "convert between fp32, fp16 and bf16 (round to nearest even) (CPU reference only)",
+      .attrs = {{"dtype", AttrType::string_, std::nullopt, {"fp32", "fp16", "bf16"}, "output dtype"}},
+      .infer = infer_cast,
+      .reference = identity_reference,
+  });
+}
+
+}  // namespace tec
