@@ -18,6 +18,11 @@ std::vector<float> weight_values(const Value& v) {
   const WeightSource& src = *v.weight;
   const int64_t count = v.proto.shape.numel();
   if (src.kind == WeightSource::Kind::random) return random_weight(src.seed, v.name, count, src.mean, src.stddev);
+  if (src.kind == WeightSource::Kind::values) {
+    TEC_INTERNAL_CHECK(src.values && static_cast<int64_t>(src.values->size()) == count, (ErrorContext{"plan", v.name, "", src.origin}))
+        << "weight values do not match the shape " << v.proto.shape.str();
+    return *src.values;
+  }
   const SafetensorsIndex index = read_safetensors_index(src.path);
   auto it = index.tensors.find(src.tensor);
   TEC_USER_CHECK(it != index.tensors.end() && it->second.shape == v.proto.shape, (ErrorContext{"plan", v.name, "", src.path}))

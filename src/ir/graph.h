@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
@@ -31,7 +32,7 @@ std::string_view to_string(ValueKind kind);
 
 // Where a weight's values come from.
 struct WeightSource {
-  enum class Kind : uint8_t { random, file } kind = Kind::random;
+  enum class Kind : uint8_t { random, file, values } kind = Kind::random;
   // random: seeded normal values with this mean and stddev (benchmarks and tests).
   uint64_t seed = 0;
   float mean = 0.0f;
@@ -41,6 +42,10 @@ struct WeightSource {
   std::string tensor;
   DType file_dtype = DType::fp32;
   int64_t file_offset = 0;  // absolute byte offset of the tensor data in the file
+  // values: the numbers themselves, row-major, read by a frontend (ONNX initializers, after
+  // constant folding); `origin` says where they came from.
+  std::shared_ptr<const std::vector<float>> values;
+  std::string origin;
 };
 
 struct Value {

@@ -85,10 +85,18 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
       if (!state.empty()) j["state"] = std::move(state);
     }
     if (v.weight) {
-      j["weight_source"] = v.weight->kind == WeightSource::Kind::file
-                               ? json{{"file", v.weight->path}, {"tensor", v.weight->tensor}}
-                               : json{{"init", "random"}, {"seed", v.weight->seed}, {"mean", v.weight->mean},
-                                      {"stddev", v.weight->stddev}};
+      switch (v.weight->kind) {
+        case WeightSource::Kind::file:
+          j["weight_source"] = json{{"file", v.weight->path}, {"tensor", v.weight->tensor}};
+          break;
+        case WeightSource::Kind::values:
+          j["weight_source"] = json{{"values", v.weight->origin}};
+          break;
+        case WeightSource::Kind::random:
+          j["weight_source"] = json{{"init", "random"}, {"seed", v.weight->seed}, {"mean", v.weight->mean},
+                                    {"stddev", v.weight->stddev}};
+          break;
+      }
     }
     if (v.grad) j["grad"] = to_json(*v.grad, g.target);
     values.push_back(std::move(j));
