@@ -1,4 +1,4 @@
-// te-compile: turns a JSON graph into a plan. Thin: it parses the command line, calls the
+// te-compile: turns an ONNX model or a JSON graph into a plan. Thin: it parses the command line, calls the
 // compiler and prints progress, summaries and errors (ARCHITECTURE.md §9).
 #include <CLI/CLI.hpp>
 #include <cstdio>
@@ -22,6 +22,10 @@ using tec::ErrorKind;
 const char* kFooter = R"(
 Examples:
   te-compile examples/mlp_tiny.json -o mlp_tiny.teplan --recipe fp8-delayed   # write a plan
+  te-compile examples/onnx/gpt_mlp.onnx -o g.teplan --recipe fp8-current --report r.json  # an ONNX model;
+                                                     # r.json says what each ONNX node became
+  te-compile model.onnx --shape batch=4 --shape seq=128 -o m.teplan  # ONNX symbolic dims by name
+  te-compile --onnx-ops                                  # the ONNX ops tec reads, and their limits
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
   te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
@@ -169,21 +173,29 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
   }
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& t : result.timings) timings[t.pass] = t.milliseconds;
-  return {{"model", model}, {"profiles", profiles}, {"timings_ms", timings}};
+  nlohmann::json report{{"model", model}, {"profiles", profiles}, {"timings_ms", timings}};
+  if (tec::is_onnx_path(model)) {
+    nlohmann::json nodes = nlohmann::json::array();
+    for (const auto& n : result.onnx_nodes) nodes.push_back({{"node", n.node}, {"op_type", n.op_type}, {"became", n.became}});
+    report["onnx_nodes"] = nodes;
+  }
+  return report;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"te-compile: compile a TransformerEngine-style layer (JSON graph) into a tec plan.\n"
+  CLI::App app{"te-compile: compile a TransformerEngine-style layer (ONNX model or JSON graph) into a tec plan.\n"
                "Runs the frontend, the passes apply_recipe, meta, usage, fusion, schedule and memory_plan,\n"
                "and writes a .teplan with every weight pre-quantized. Progress goes to stderr."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
-  bool tune = false, time_passes = false, quiet = false;
-  app.add_option("MODEL", model, "JSON graph (schemas/graph.schema.json)")->required();
+  bool tune = false, time_passes = false, quiet = false, onnx_ops = false;
+  app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
+  app.add_flag("--onnx-ops", onnx_ops, "print the ONNX ops tec reads (op, opset, inputs that must be constant, limits) "
+                                       "as JSON and exit");
   app.add_option("-o,--output", output, "plan file to write (.teplan), through a temporary file and a rename; "
                                         "'-' or /dev/stdout writes to stdout");
   app.add_option("--recipe", recipe, "bf16 | fp8-current | fp8-delayed | fp8-block | mxfp8 | nvfp4 (replaces the model's)");
@@ -197,7 +209,8 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(tec::kPassNames));
   app.add_option("--disable-pass", disabled, "turn an optional pass off: fusion (one step per op)")
       ->check(CLI::IsMember(tec::kOptionalPasses));
-  app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings");
+  app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings; "
+                                     "for ONNX models also what every ONNX node became");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
   app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
@@ -208,6 +221,17 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "no progress output");
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
 
+  if (onnx_ops) {
+    nlohmann::json ops = nlohmann::json::array();
+    for (const auto& c : tec::onnx_op_claims())
+      ops.push_back({{"op", c.op}, {"since_opset", c.since_opset}, {"constant_inputs", c.constant_inputs}, {"limits", c.limits}});
+    std::cout << nlohmann::json{{"opsets", {tec::onnx::kMinOpset, tec::onnx::kMaxOpset}}, {"ops", ops}}.dump(2) << "\n";
+    return 0;
+  }
+  if (model.empty()) {
+    std::fprintf(stderr, "te-compile: MODEL is required\nRun with --help for more information.\n");
+    return tec::exit_code(ErrorKind::usage);
+  }
   return tec::cli::run_reporting_errors("te-compile", [&]() -> int {
 
     tec::CompileOptions options;

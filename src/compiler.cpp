@@ -1,5 +1,6 @@
 #include "compiler.h"
 
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 
@@ -40,6 +41,13 @@ class PassRunner {
 
 }  // namespace
 
+bool is_onnx_path(const std::string& path) {
+  if (path.size() < 5) return false;
+  std::string suffix = path.substr(path.size() - 5);
+  for (char& c : suffix) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return suffix == ".onnx";
+}
+
 CompileResult compile(const CompileOptions& options, const ProgressCallback& progress) {
   CompileResult result;
   PassRunner run(result, progress);
@@ -49,7 +57,15 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   };
 
   run.step("frontend", [&] {
-    for (Graph& g : load_json_graphs(options.model_path, options.frontend)) result.profiles.push_back({std::move(g), {}, {}});
+    std::vector<Graph> graphs;
+    if (is_onnx_path(options.model_path)) {
+      OnnxImport imported = load_onnx_graphs(options.model_path, options.frontend);
+      graphs = std::move(imported.graphs);
+      result.onnx_nodes = std::move(imported.nodes);
+    } else {
+      graphs = load_json_graphs(options.model_path, options.frontend);
+    }
+    for (Graph& g : graphs) result.profiles.push_back({std::move(g), {}, {}});
   });
   if (stop_after("frontend")) return result;
   run.graph_pass("apply_recipe", apply_recipe);

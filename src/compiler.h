@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "frontend/json/graph_json.h"
+#include "frontend/onnx/onnx_import.h"
 #include "plan_builder.h"
 
 namespace tec {
@@ -45,7 +46,11 @@ struct CompileResult {
   std::vector<PassTiming> timings;
   GpuCode code;
   CodegenStats codegen;
+  std::vector<OnnxNodeReport> onnx_nodes;  // ONNX models: what each node became
 };
+
+// ONNX models are recognized by the .onnx suffix; everything else is read as a JSON graph.
+bool is_onnx_path(const std::string& path);
 
 // Called as each pipeline step starts: (step number, step count, pass name).
 using ProgressCallback = std::function<void(int, int, const std::string&)>;

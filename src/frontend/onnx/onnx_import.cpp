@@ -1,0 +1,1738 @@
+#include "frontend/onnx/onnx_import.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <set>
+
+#include "ops/common.h"
+#include "reference/convert.h"
+#include "reference/quantize.h"
+
+namespace tec {
+
+namespace {
+
+using onnx::Tensor;
+using TensorPtr = std::shared_ptr<const Tensor>;
+
+const std::vector<OnnxOpClaim> kClaims = {
+    {"MatMul", 13, {}, "float tensors; a constant 2-D B becomes a TE linear (GPU), anything else a general matmul (CPU reference)"},
+    {"Gemm", 13, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
+                     "other forms run as transpose/matmul/scale/add on the CPU reference"},
+    {"Add", 13, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
+                    "broadcasts a general add (CPU reference)"},
+    {"Sub", 13, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside a LayerNorm pattern)"},
+    {"Mul", 13, {}, "float tensors; by a constant scalar becomes scale, otherwise numpy broadcasting (CPU reference)"},
+    {"Div", 13, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside GELU/LayerNorm patterns)"},
+    {"Relu", 13, {}, "float tensors"},
+    {"Gelu", 20, {}, "approximate 'none' (erf) or 'tanh'"},
+    {"Sigmoid", 13, {}, "float tensors (CPU reference; GPU as x*sigmoid(x) = silu)"},
+    {"Tanh", 13, {}, "float tensors (CPU reference; GPU inside the GELU tanh pattern)"},
+    {"Erf", 13, {}, "float tensors (CPU reference; GPU inside the GELU erf pattern)"},
+    {"Sqrt", 13, {}, "float tensors (CPU reference; GPU inside norm patterns)"},
+    {"Reciprocal", 13, {}, "float tensors (CPU reference; GPU inside the RMSNorm pattern)"},
+    {"Neg", 13, {}, "float tensors (CPU reference)"},
+    {"Pow", 13, {}, "float tensors, float exponent (CPU reference; GPU inside GELU/norm patterns)"},
+    {"ReduceMean", 13, {1}, "float tensors; axes constant (CPU reference; GPU inside norm patterns)"},
+    {"LayerNormalization", 17, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops (CPU reference)"},
+    {"RMSNormalization", 23, {1}, "Scale constant"},
+    {"Reshape", 13, {1}, "shape constant"},
+    {"Flatten", 13, {}, ""},
+    {"Transpose", 13, {}, "float tensors (CPU reference)"},
+    {"Squeeze", 13, {1}, "axes constant"},
+    {"Unsqueeze", 13, {1}, "axes constant"},
+    {"Identity", 13, {}, "tensors only"},
+    {"Cast", 13, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (CPU reference); any type in constant subgraphs"},
+    {"Constant", 13, {}, ""},
+    {"Shape", 13, {}, "folded: tec fixes every shape per profile"},
+    {"Gather", 13, {}, "only where it computes a constant (shape arithmetic)"},
+    {"Concat", 13, {}, "only where it computes a constant (shape arithmetic)"},
+    {"QuantizeLinear", 13, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
+                                   "chooses the recipe: a scalar scale fp8-current, block_size 128 fp8-block, block_size 32 "
+                                   "with E8M0 scales mxfp8. tec recomputes the scales from amax"},
+    {"DequantizeLinear", 13, {1, 2}, "on a constant (stored FP8/INT8 weights, folded), or closing a Q->DQ pair"},
+};
+
+const OnnxOpClaim* find_claim(const std::string& op) {
+  for (const auto& c : kClaims)
+    if (c.op == op) return &c;
+  return nullptr;
+}
+
+bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); }
+
+std::optional<DType> tec_dtype(int32_t elem_type) {
+  switch (elem_type) {
+    case onnx::kFloat: return DType::fp32;
+    case onnx::kFloat16: return DType::fp16;
+    case onnx::kBfloat16: return DType::bf16;
+    default: return std::nullopt;
+  }
+}
+
+// A collected problem: one line of the final error.
+struct Problem {
+  int index;  // node position in the file, -1 for the graph
+  std::string node, op_type, domain, why;
+};
+
+// A pattern found in the ONNX graph: several nodes that become one TE op, emitted when the
+// walk reaches `root` (the last of them in data-flow order).
+struct Group {
+  enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq } kind;
+  std::vector<int> members;
+  int root = -1;
+  std::string x;                // the pattern's run-time input
+  std::string approximate;      // gelu: "tanh" or "none"
+  std::string weight, bias;     // constants: linear weight/bias, norm gamma/beta (may be empty)
+  std::string weight2;          // gated: the up projection's weight
+  std::string act;              // gated: "swiglu" or "geglu"
+  double eps = 0;
+  RecipeKind qdq_recipe = RecipeKind::bf16;
+  std::string describe;         // for the report
+};
+
+class Importer {
+ public:
+  Importer(const onnx::Model& m, const FrontendOptions& o) : m_(m), opt_(o) {}
+
+  OnnxImport run() {
+    index_values();
+    order_nodes();
+    check_claims();
+    find_constants();
+    fold_known_constants();
+    find_patterns();
+    check_qdq_placement();
+    throw_problems();
+    OnnxImport result;
+    for (const auto& profile : profiles()) result.graphs.push_back(build(profile));
+    throw_problems();
+    for (const onnx::Node& n : m_.nodes) result.nodes.push_back({n.name, n.op_type, became_[static_cast<size_t>(n.index)]});
+    return result;
+  }
+
+ private:
+  // ---- structure -------------------------------------------------------------------------
+
+  ErrorContext file_ctx() const { return ErrorContext{"onnx", "", "", m_.file}; }
+  ErrorContext node_ctx(const onnx::Node& n) const {
+    return ErrorContext{"onnx", n.name, n.op_type, m_.file + " node " + std::to_string(n.index)};
+  }
+  const onnx::Node& node(int i) const { return m_.nodes[static_cast<size_t>(i)]; }
+
+  void index_values() {
+    std::set<std::string> defined;
+    for (const auto& in : m_.inputs) {
+      TEC_USER_CHECK(defined.insert(in.name).second, file_ctx()) << "graph input '" << in.name << "' is listed twice";
+    }
+    for (const auto& [name, t] : m_.initializers) defined.insert(name);
+    for (const onnx::Node& n : m_.nodes)
+      for (const auto& out : n.outputs) {
+        if (out.empty()) continue;
+        TEC_USER_CHECK(defined.insert(out).second, node_ctx(n))
+            << "value '" << out << "' is produced twice (ONNX graphs are single-assignment)";
+        producer_[out] = n.index;
+      }
+    for (const onnx::Node& n : m_.nodes)
+      for (const auto& in : n.inputs) {
+        if (in.empty()) continue;
+        TEC_USER_CHECK(defined.count(in), node_ctx(n))
+            << "input '" << in << "' is not a graph input, an initializer or any node's output";
+        consumers_[in].push_back(n.index);
+      }
+    for (const auto& out : m_.outputs) {
+      TEC_USER_CHECK(defined.count(out.name), file_ctx()) << "graph output '" << out.name << "' is never produced";
+      outputs_.insert(out.name);
+    }
+  }
+
+  // Kahn's algorithm in file order; what is left over lies on a cycle, reported as a path.
+  void order_nodes() {
+    const size_t n = m_.nodes.size();
+    std::vector<int> pending(n, 0);
+    for (const onnx::Node& nd : m_.nodes)
+      for (const auto& in : nd.inputs)
+        if (!in.empty() && producer_.count(in)) ++pending[static_cast<size_t>(nd.index)];
+    std::vector<int> ready;
+    for (size_t i = n; i-- > 0;)
+      if (pending[i] == 0) ready.push_back(static_cast<int>(i));
+    while (!ready.empty()) {
+      const int i = ready.back();
+      ready.pop_back();
+      order_.push_back(i);
+      std::vector<int> next;
+      for (const auto& out : node(i).outputs)
+        if (!out.empty() && consumers_.count(out))
+          for (int c : consumers_[out])
+            if (--pending[static_cast<size_t>(c)] == 0) next.push_back(c);
+      std::sort(next.rbegin(), next.rend());
+      ready.insert(ready.end(), next.begin(), next.end());
+      std::sort(ready.rbegin(), ready.rend());
+    }
+    if (order_.size() == n) return;
+    // Walk producers from a leftover node until one repeats: that is the cycle.
+    int at = -1;
+    for (size_t i = 0; i < n; ++i)
+      if (pending[i] > 0) at = static_cast<int>(i);
+    std::vector<int> path;
+    std::set<int> seen;
+    while (seen.insert(at).second) {
+      path.push_back(at);
+      for (const auto& in : node(at).inputs)
+        if (!in.empty() && producer_.count(in) && pending[static_cast<size_t>(producer_[in])] > 0) {
+          at = producer_[in];
+          break;
+        }
+    }
+    std::string cycle;
+    auto from = std::find(path.begin(), path.end(), at);
+    for (auto it = path.rbegin(); it != std::make_reverse_iterator(from) + 1 && it != path.rend(); ++it)
+      cycle += (cycle.empty() ? "" : " -> ") + node(*it).name;
+    cycle += " -> " + node(at).name;
+    TEC_USER_ERROR(node_ctx(node(at))) << "the graph has a cycle: " << cycle;
+  }
+
+  void problem(const onnx::Node& n, std::string why) {
+    problems_.push_back({n.index, n.name, n.op_type, n.domain, std::move(why)});
+  }
+  bool has_problem(const onnx::Node& n) const {
+    return std::any_of(problems_.begin(), problems_.end(), [&](const Problem& p) { return p.index == n.index; });
+  }
+
+  void throw_problems() {
+    if (problems_.empty()) return;
+    std::stable_sort(problems_.begin(), problems_.end(), [](const Problem& a, const Problem& b) { return a.index < b.index; });
+    std::set<std::pair<int, std::string>> seen;
+    std::string lines;
+    for (const Problem& p : problems_) {
+      if (!seen.insert({p.index, p.why}).second) continue;
+      lines += "\n  node '" + p.node + "' (" + p.op_type + (p.domain.empty() ? "" : " in domain " + p.domain) + ", opset " +
+               std::to_string(m_.opset) + "): " + p.why;
+    }
+    std::set<int> nodes;
+    for (const auto& [index, why] : seen) nodes.insert(index);
+    const std::string text = std::to_string(nodes.size()) + " node(s) tec cannot compile (no plan written):" + lines;
+    throw Error(ErrorKind::unsupported, file_ctx(), text);
+  }
+
+  void check_claims() {
+    for (const onnx::Node& n : m_.nodes) {
+      if (!n.domain.empty()) {
+        problem(n, "domain '" + n.domain + "' is not supported (tec reads the default ONNX domain)");
+        continue;
+      }
+      const OnnxOpClaim* claim = find_claim(n.op_type);
+      if (!claim) {
+        problem(n, "op " + n.op_type + " is not supported (te-compile --onnx-ops lists what is)");
+        continue;
+      }
+      if (m_.opset < claim->since_opset)
+        problem(n, n.op_type + " needs opset " + std::to_string(claim->since_opset) + " or newer");
+      if ((n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear") && m_.opset < 21 &&
+          n.attrs.count("block_size"))
+        problem(n, "block_size needs opset 21");
+    }
+  }
+
+  // ---- constants -------------------------------------------------------------------------
+
+  static bool foldable(const std::string& op) {
+    static const std::set<std::string> ops = {"Constant", "Identity", "Shape",     "Gather",  "Concat", "Unsqueeze",
+                                              "Squeeze",  "Reshape",  "Flatten",   "Cast",    "Add",    "Sub",
+                                              "Mul",      "Div",      "Pow",       "Sqrt",    "Neg",    "Reciprocal",
+                                              "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf",
+                                              "DequantizeLinear",     "QuantizeLinear"};
+    return ops.count(op) != 0;
+  }
+
+  bool is_constant(const std::string& v) const { return v.empty() || constant_values_.count(v) != 0; }
+
+  // Which values are constant: initializers, and the outputs of foldable nodes whose inputs
+  // are all constant (Shape needs only its input's shape, fixed per profile).
+  void find_constants() {
+    for (const auto& [name, t] : m_.initializers) constant_values_.insert(name);
+    constant_node_.assign(m_.nodes.size(), false);
+    for (int i : order_) {
+      const onnx::Node& n = node(i);
+      if (!n.domain.empty() || !foldable(n.op_type)) continue;
+      bool all = n.op_type == "Shape";
+      if (!all) {
+        all = true;
+        for (const auto& in : n.inputs) all = all && is_constant(in);
+      }
+      if (!all) continue;
+      constant_node_[static_cast<size_t>(i)] = true;
+      for (const auto& out : n.outputs)
+        if (!out.empty()) constant_values_.insert(out);
+    }
+    for (const onnx::Node& n : m_.nodes) {
+      const OnnxOpClaim* claim = find_claim(n.op_type);
+      if (!claim || !n.domain.empty()) continue;
+      for (int slot : claim->constant_inputs) {
+        const auto s = static_cast<size_t>(slot);
+        if (s < n.inputs.size() && !is_constant(n.inputs[s]))
+          problem(n, "input " + std::to_string(slot) + " ('" + n.inputs[s] +
+                         "') must be a constant (an initializer, or computed from constants) for tec");
+      }
+      if ((n.op_type == "Gather" || n.op_type == "Concat") && !constant_node_[static_cast<size_t>(n.index)])
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape");
+    }
+  }
+
+  // Folds the constants that need no shapes, so that patterns can read their values.
+  void fold_known_constants() {
+    for (const auto& [name, t] : m_.initializers) known_[name] = std::make_shared<const Tensor>(t);
+    for (int i : order_) {
+      if (!constant_node_[static_cast<size_t>(i)]) continue;
+      const onnx::Node& n = node(i);
+      if (n.op_type == "Shape") continue;
+      bool inputs_known = true;
+      for (const auto& in : n.inputs) inputs_known = inputs_known && (in.empty() || known_.count(in));
+      if (!inputs_known) continue;
+      auto outs = with_context(node_ctx(n), [&] { return fold(n, known_, nullptr); });
+      for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) known_[n.outputs[o]] = std::move(outs[o]);
+    }
+  }
+
+  std::optional<double> scalar(const std::string& v) const {
+    auto it = known_.find(v);
+    if (it == known_.end() || it->second->numel() != 1) return std::nullopt;
+    return it->second->at(0);
+  }
+
+  // ---- constant folding ------------------------------------------------------------------
+
+  using ConstMap = std::map<std::string, TensorPtr>;
+  using ShapeOf = std::function<std::optional<Shape>(const std::string&)>;
+
+  static Tensor ints_tensor(std::vector<int64_t> values, std::vector<int64_t> dims) {
+    Tensor t;
+    t.elem_type = onnx::kInt64;
+    t.ints = std::move(values);
+    t.dims = std::move(dims);
+    return t;
+  }
+
+  static std::vector<int64_t> as_ints(const Tensor& t) {
+    if (!t.is_float()) return t.ints;
+    std::vector<int64_t> out;
+    for (float f : t.floats) out.push_back(static_cast<int64_t>(f));
+    return out;
+  }
+
+  static int64_t axis_of(int64_t axis, size_t rank, const char* what) {
+    const auto r = static_cast<int64_t>(rank);
+    TEC_USER_CHECK(axis >= -r && axis < r, {}) << what << " " << axis << " is out of range for rank " << rank;
+    return axis < 0 ? axis + r : axis;
+  }
+
+  static int64_t attr_int(const onnx::Node& n, const std::string& name, int64_t fallback) {
+    auto it = n.attrs.find(name);
+    return it == n.attrs.end() ? fallback : it->second.i;
+  }
+  static std::optional<std::vector<int64_t>> attr_ints(const onnx::Node& n, const std::string& name) {
+    auto it = n.attrs.find(name);
+    if (it == n.attrs.end()) return std::nullopt;
+    return it->second.ints;
+  }
+  static std::string attr_string(const onnx::Node& n, const std::string& name, const std::string& fallback) {
+    auto it = n.attrs.find(name);
+    return it == n.attrs.end() ? fallback : it->second.s;
+  }
+  static float attr_float(const onnx::Node& n, const std::string& name, float fallback) {
+    auto it = n.attrs.find(name);
+    return it == n.attrs.end() ? fallback : it->second.f;
+  }
+
+  // The dims a Reshape produces (0 copies the input dim unless allowzero, one -1 inferred).
+  static std::vector<int64_t> reshape_dims(const std::vector<int64_t>& in, std::vector<int64_t> shape, bool allowzero) {
+    int64_t known = 1, infer = -1, numel = 1;
+    for (int64_t d : in) numel *= d;
+    for (size_t i = 0; i < shape.size(); ++i) {
+      if (shape[i] == 0 && !allowzero) {
+        TEC_USER_CHECK(i < in.size(), {}) << "Reshape copies dim " << i << " (0) of a rank-" << in.size() << " input";
+        shape[i] = in[i];
+      }
+      if (shape[i] == -1) {
+        TEC_USER_CHECK(infer < 0, {}) << "Reshape shape holds two -1";
+        infer = static_cast<int64_t>(i);
+        continue;
+      }
+      TEC_USER_CHECK(shape[i] >= 0 && shape[i] <= kMaxDim, {}) << "Reshape dim " << shape[i] << " is invalid";
+      TEC_USER_CHECK(shape[i] == 0 || known <= kMaxElements / shape[i], {}) << "Reshape shape is too large";
+      known *= shape[i];
+    }
+    if (infer >= 0) {
+      TEC_USER_CHECK(known > 0 && numel % known == 0, {}) << "cannot infer the -1 of Reshape " << Shape(shape).str()
+                                                          << " for " << numel << " elements";
+      shape[static_cast<size_t>(infer)] = numel / known;
+    }
+    int64_t out = 1;
+    for (int64_t d : shape) out *= d;
+    TEC_USER_CHECK(out == numel, {}) << "cannot reshape " << Shape(in).str() << " into " << Shape(shape).str();
+    return shape;
+  }
+
+  static std::vector<int64_t> squeeze_dims(const std::vector<int64_t>& in, const std::optional<std::vector<int64_t>>& axes) {
+    std::vector<int64_t> out;
+    std::set<int64_t> drop;
+    if (axes)
+      for (int64_t a : *axes) {
+        const int64_t ax = axis_of(a, in.size(), "Squeeze axis");
+        TEC_USER_CHECK(in[static_cast<size_t>(ax)] == 1, {}) << "Squeeze axis " << a << " has size " << in[static_cast<size_t>(ax)];
+        drop.insert(ax);
+      }
+    for (size_t i = 0; i < in.size(); ++i)
+      if (axes ? !drop.count(static_cast<int64_t>(i)) : in[i] != 1) out.push_back(in[i]);
+    return out;
+  }
+
+  static std::vector<int64_t> unsqueeze_dims(const std::vector<int64_t>& in, const std::vector<int64_t>& axes) {
+    const size_t rank = in.size() + axes.size();
+    TEC_USER_CHECK(rank <= onnx::kMaxRank, {}) << "Unsqueeze makes rank " << rank;
+    std::set<int64_t> add;
+    for (int64_t a : axes) TEC_USER_CHECK(add.insert(axis_of(a, rank, "Unsqueeze axis")).second, {}) << "Unsqueeze axes repeat";
+    std::vector<int64_t> out;
+    size_t next = 0;
+    for (size_t i = 0; i < rank; ++i) out.push_back(add.count(static_cast<int64_t>(i)) ? 1 : in.at(next++));
+    return out;
+  }
+
+  static std::vector<int64_t> flatten_dims(const std::vector<int64_t>& in, int64_t axis) {
+    const int64_t a = axis < 0 ? axis + static_cast<int64_t>(in.size()) : axis;
+    TEC_USER_CHECK(a >= 0 && a <= static_cast<int64_t>(in.size()), {}) << "Flatten axis " << axis << " is out of range";
+    int64_t outer = 1, inner = 1;
+    for (size_t i = 0; i < in.size(); ++i) (static_cast<int64_t>(i) < a ? outer : inner) *= in[i];
+    return {outer, inner};
+  }
+
+  // The dims of a runtime or constant value's tensor.
+  std::vector<int64_t> dims_of(const std::string& v, const ConstMap& consts, const ShapeOf& shape_of) const {
+    if (auto it = consts.find(v); it != consts.end()) return it->second->dims;
+    auto s = shape_of ? shape_of(v) : std::nullopt;
+    TEC_INTERNAL_CHECK(s.has_value(), {}) << "no shape for '" << v << "'";
+    return s->dims;
+  }
+
+  // Runs a float elementwise op through its OpDef's reference (one definition of the math).
+  static Tensor via_reference(const std::string& op, Attributes attrs, const std::vector<const Tensor*>& in) {
+    std::vector<HostTensor> host;
+    for (const Tensor* t : in) {
+      HostTensor h{Shape(t->dims), t->is_float() ? t->floats : std::vector<float>()};
+      if (!t->is_float())
+        for (int64_t v : t->ints) h.values.push_back(static_cast<float>(v));
+      host.push_back(std::move(h));
+    }
+    auto out = builtin_ops().get(op).reference(attrs, host);
+    Tensor t;
+    t.elem_type = onnx::kFloat;
+    t.dims = out[0].shape.dims;
+    t.floats = std::move(out[0].values);
+    return t;
+  }
+
+  static Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
+    auto shape = broadcast_shape(Shape(a.dims), Shape(b.dims));
+    TEC_USER_CHECK(shape.has_value(), {}) << "shapes " << Shape(a.dims).str() << " and " << Shape(b.dims).str()
+                                          << " do not broadcast";
+    const auto ia = broadcast_index(Shape(a.dims), *shape), ib = broadcast_index(Shape(b.dims), *shape);
+    Tensor t = ints_tensor({}, shape->dims);
+    t.elem_type = a.elem_type;
+    for (size_t e = 0; e < ia.size(); ++e) {
+      const int64_t x = a.ints[ia[e]], y = b.ints[ib[e]];
+      if (fn == "add") t.ints.push_back(x + y);
+      else if (fn == "sub") t.ints.push_back(x - y);
+      else if (fn == "mul") t.ints.push_back(x * y);
+      else {
+        TEC_USER_CHECK(y != 0, {}) << "integer division by zero in a constant";
+        t.ints.push_back(x / y);
+      }
+    }
+    return t;
+  }
+
+  // (De)quantization of a constant: the scale index of every element (scalar, per axis, or
+  // blocked along the axis).
+  static std::vector<size_t> scale_index(const onnx::Node& n, const Tensor& x, const Tensor& scale) {
+    std::vector<size_t> idx(static_cast<size_t>(x.numel()), 0);
+    if (scale.numel() == 1) return idx;
+    const int64_t axis = axis_of(attr_int(n, "axis", 1), x.dims.size(), "axis");
+    const int64_t block = attr_int(n, "block_size", 0);
+    std::vector<int64_t> sdims = x.dims;
+    if (block > 0) {
+      sdims[static_cast<size_t>(axis)] = ceil_div(x.dims[static_cast<size_t>(axis)], block);
+      TEC_USER_CHECK(scale.dims == sdims, {}) << "blocked scale has dims " << Shape(scale.dims).str() << ", expected "
+                                              << Shape(sdims).str();
+    } else {
+      TEC_USER_CHECK(scale.dims.size() == 1 && scale.dims[0] == x.dims[static_cast<size_t>(axis)], {})
+          << "per-axis scale has dims " << Shape(scale.dims).str() << " for axis " << axis << " of " << Shape(x.dims).str();
+    }
+    const auto strides = Shape(x.dims).contiguous_strides();
+    for (size_t e = 0; e < idx.size(); ++e) {
+      const int64_t coord = (static_cast<int64_t>(e) / strides[static_cast<size_t>(axis)]) % x.dims[static_cast<size_t>(axis)];
+      if (block <= 0) {
+        idx[e] = static_cast<size_t>(coord);
+        continue;
+      }
+      // Same coordinates with the axis divided by the block, in the scale's strides.
+      const auto sstrides = Shape(sdims).contiguous_strides();
+      int64_t off = 0, rest = static_cast<int64_t>(e);
+      for (size_t d = 0; d < x.dims.size(); ++d) {
+        int64_t c = rest / strides[d];
+        rest %= strides[d];
+        if (static_cast<int64_t>(d) == axis) c /= block;
+        off += c * sstrides[d];
+      }
+      idx[e] = static_cast<size_t>(off);
+    }
+    return idx;
+  }
+
+  static Tensor dequantize_constant(const onnx::Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
+    TEC_USER_CHECK(scale.is_float(), {}) << "DequantizeLinear scale must be a float tensor";
+    const auto idx = scale_index(n, x, scale);
+    Tensor t;
+    t.elem_type = scale.elem_type == onnx::kFloat8E8M0 ? onnx::kFloat : scale.elem_type;
+    t.dims = x.dims;
+    for (size_t e = 0; e < idx.size(); ++e) {
+      const double q = x.at(e) - (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
+      t.floats.push_back(static_cast<float>(q * scale.floats[idx[e]]));
+    }
+    if (t.elem_type != onnx::kFloat && tec_dtype(t.elem_type)) reference::round_to(*tec_dtype(t.elem_type), t.floats);
+    return t;
+  }
+
+  static Tensor quantize_constant(const onnx::Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
+    int32_t out_type = zp ? zp->elem_type : static_cast<int32_t>(attr_int(n, "output_dtype", onnx::kUint8));
+    if (out_type == 0) out_type = onnx::kUint8;
+    const auto idx = scale_index(n, x, scale);
+    Tensor t;
+    t.elem_type = out_type;
+    t.dims = x.dims;
+    for (size_t e = 0; e < idx.size(); ++e) {
+      const float v = x.floats[e] / scale.floats[idx[e]];
+      switch (out_type) {
+        case onnx::kFloat8E4M3FN: t.floats.push_back(reference::e4m3_to_float(reference::float_to_e4m3(v))); break;
+        case onnx::kFloat8E5M2: t.floats.push_back(reference::e5m2_to_float(reference::float_to_e5m2(v))); break;
+        case onnx::kInt8:
+        case onnx::kUint8: {
+          const double lo = out_type == onnx::kInt8 ? -128 : 0, hi = out_type == onnx::kInt8 ? 127 : 255;
+          const double q = std::nearbyint(v) + (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
+          t.ints.push_back(static_cast<int64_t>(std::clamp(q, lo, hi)));
+          break;
+        }
+        default: TEC_UNSUPPORTED(ErrorContext{}) << "QuantizeLinear to " << onnx::elem_type_name(out_type) << " is not supported";
+      }
+    }
+    return t;
+  }
+
+  // Folds one constant node. `shape_of` gives run-time values' shapes (Shape nodes).
+  std::vector<TensorPtr> fold(const onnx::Node& n, const ConstMap& consts, const ShapeOf& shape_of) const {
+    auto in = [&](size_t i) -> const Tensor* {
+      if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+      auto it = consts.find(n.inputs[i]);
+      return it == consts.end() ? nullptr : it->second.get();
+    };
+    auto one = [](Tensor t) { return std::vector<TensorPtr>{std::make_shared<const Tensor>(std::move(t))}; };
+    auto require = [&](size_t i) -> const Tensor& {
+      const Tensor* t = in(i);
+      TEC_USER_CHECK(t != nullptr, {}) << "input " << i << " is missing";
+      return *t;
+    };
+    const std::string& op = n.op_type;
+    if (op == "Constant") {
+      TEC_USER_CHECK(n.attrs.size() == 1, {}) << "Constant needs exactly one value attribute";
+      const auto& [name, a] = *n.attrs.begin();
+      if (name == "value" && a.t) return one(*a.t);
+      if (name == "value_float") return one(Tensor{onnx::kFloat, {}, {a.f}, {}});
+      if (name == "value_floats") return one(Tensor{onnx::kFloat, {static_cast<int64_t>(a.floats.size())}, a.floats, {}});
+      if (name == "value_int") return one(ints_tensor({a.i}, {}));
+      if (name == "value_ints") return one(ints_tensor(a.ints, {static_cast<int64_t>(a.ints.size())}));
+      TEC_UNSUPPORTED(ErrorContext{}) << "Constant with attribute '" << name << "' is not supported";
+    }
+    if (op == "Identity") return one(require(0));
+    if (op == "Shape") {
+      const std::vector<int64_t> dims = dims_of(n.inputs.at(0), consts, shape_of);
+      const auto r = static_cast<int64_t>(dims.size());
+      auto clamp_axis = [r](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t{0}, r); };
+      const int64_t start = clamp_axis(attr_int(n, "start", 0)), end = clamp_axis(attr_int(n, "end", r));
+      std::vector<int64_t> out;
+      for (int64_t i = start; i < end; ++i) out.push_back(dims[static_cast<size_t>(i)]);
+      const auto count = static_cast<int64_t>(out.size());
+      return one(ints_tensor(std::move(out), {count}));
+    }
+    if (op == "Gather") {
+      const Tensor& data = require(0);
+      const std::vector<int64_t> indices = as_ints(require(1));
+      TEC_USER_CHECK(!data.dims.empty(), {}) << "Gather of a scalar";
+      const int64_t axis = axis_of(attr_int(n, "axis", 0), data.dims.size(), "Gather axis");
+      const int64_t extent = data.dims[static_cast<size_t>(axis)];
+      int64_t outer = 1, inner = 1;
+      for (size_t d = 0; d < data.dims.size(); ++d)
+        if (static_cast<int64_t>(d) < axis) outer *= data.dims[d];
+        else if (static_cast<int64_t>(d) > axis) inner *= data.dims[d];
+      Tensor t;
+      t.elem_type = data.elem_type;
+      t.dims.assign(data.dims.begin(), data.dims.begin() + axis);
+      const Tensor& idx_t = require(1);
+      t.dims.insert(t.dims.end(), idx_t.dims.begin(), idx_t.dims.end());
+      t.dims.insert(t.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+      for (int64_t o = 0; o < outer; ++o)
+        for (int64_t raw : indices) {
+          const int64_t i = raw < 0 ? raw + extent : raw;
+          TEC_USER_CHECK(i >= 0 && i < extent, {}) << "Gather index " << raw << " is out of range for dim " << extent;
+          for (int64_t k = 0; k < inner; ++k) {
+            const auto src = static_cast<size_t>((o * extent + i) * inner + k);
+            if (data.is_float()) t.floats.push_back(data.floats[src]);
+            else t.ints.push_back(data.ints[src]);
+          }
+        }
+      return one(std::move(t));
+    }
+    if (op == "Concat") {
+      const Tensor& first = require(0);
+      const int64_t axis = axis_of(attr_int(n, "axis", 0), first.dims.size(), "Concat axis");
+      Tensor t;
+      t.elem_type = first.elem_type;
+      t.dims = first.dims;
+      t.dims[static_cast<size_t>(axis)] = 0;
+      int64_t outer = 1;
+      for (int64_t d = 0; d < axis; ++d) outer *= first.dims[static_cast<size_t>(d)];
+      std::vector<const Tensor*> parts;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const Tensor& p = require(i);
+        TEC_USER_CHECK(p.dims.size() == first.dims.size() && p.is_float() == first.is_float(), {})
+            << "Concat inputs differ in rank or type";
+        for (size_t d = 0; d < p.dims.size(); ++d)
+          TEC_USER_CHECK(static_cast<int64_t>(d) == axis || p.dims[d] == first.dims[d], {}) << "Concat inputs differ in dim " << d;
+        t.dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
+        parts.push_back(&p);
+      }
+      for (int64_t o = 0; o < outer; ++o)
+        for (const Tensor* p : parts) {
+          const int64_t chunk = p->numel() / std::max<int64_t>(outer, 1);
+          for (int64_t k = 0; k < chunk; ++k) {
+            const auto src = static_cast<size_t>(o * chunk + k);
+            if (p->is_float()) t.floats.push_back(p->floats[src]);
+            else t.ints.push_back(p->ints[src]);
+          }
+        }
+      return one(std::move(t));
+    }
+    auto reshaped = [&](std::vector<int64_t> dims) {
+      Tensor t = require(0);
+      t.dims = std::move(dims);
+      return one(std::move(t));
+    };
+    if (op == "Reshape")
+      return reshaped(reshape_dims(require(0).dims, as_ints(require(1)), attr_int(n, "allowzero", 0) != 0));
+    if (op == "Flatten") return reshaped(flatten_dims(require(0).dims, attr_int(n, "axis", 1)));
+    if (op == "Squeeze")
+      return reshaped(squeeze_dims(require(0).dims, in(1) ? std::optional(as_ints(*in(1))) : std::nullopt));
+    if (op == "Unsqueeze") return reshaped(unsqueeze_dims(require(0).dims, as_ints(require(1))));
+    if (op == "Cast") {
+      const Tensor& x = require(0);
+      const auto to = static_cast<int32_t>(attr_int(n, "to", 0));
+      Tensor t;
+      t.elem_type = to;
+      t.dims = x.dims;
+      if (onnx::is_float_type(to)) {
+        for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) t.floats.push_back(static_cast<float>(x.at(i)));
+        if (to == onnx::kFloat16 || to == onnx::kBfloat16) reference::round_to(*tec_dtype(to), t.floats);
+        if (to == onnx::kFloat8E4M3FN)
+          for (float& f : t.floats) f = reference::e4m3_to_float(reference::float_to_e4m3(f));
+        if (to == onnx::kFloat8E5M2)
+          for (float& f : t.floats) f = reference::e5m2_to_float(reference::float_to_e5m2(f));
+      } else {
+        TEC_UNSUPPORTED_CHECK(to != onnx::kString, ErrorContext{}) << "Cast to STRING is not supported";
+        for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) {
+          const double v = x.at(i);
+          TEC_USER_CHECK(std::isfinite(v), {}) << "Cast of a non-finite value to an integer type";
+          t.ints.push_back(to == onnx::kBool ? v != 0 : static_cast<int64_t>(v));
+        }
+      }
+      return one(std::move(t));
+    }
+    static const std::map<std::string, std::string> binary = {{"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"},
+                                                              {"Div", "div"}, {"Pow", "pow"}};
+    if (auto it = binary.find(op); it != binary.end()) {
+      const Tensor &a = require(0), &b = require(1);
+      if (!a.is_float() && !b.is_float() && op != "Pow") return one(integer_binary(it->second, a, b));
+      Attributes attrs;
+      attrs.values["fn"] = it->second;
+      Tensor t = via_reference("binary", attrs, {&a, &b});
+      t.elem_type = a.is_float() ? a.elem_type : onnx::kFloat;
+      return one(std::move(t));
+    }
+    static const std::map<std::string, std::string> unary = {{"Sqrt", "sqrt"}, {"Neg", "neg"},   {"Reciprocal", "reciprocal"},
+                                                             {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"}};
+    if (auto it = unary.find(op); it != unary.end()) {
+      Attributes attrs;
+      attrs.values["fn"] = it->second;
+      return one(via_reference("unary", attrs, {&require(0)}));
+    }
+    if (op == "Relu") return one(via_reference("relu", {}, {&require(0)}));
+    if (op == "Transpose") {
+      Attributes attrs;
+      if (auto perm = attr_ints(n, "perm")) attrs.values["perm"] = *perm;
+      const Tensor& x = require(0);
+      TEC_UNSUPPORTED_CHECK(x.is_float(), ErrorContext{}) << "Transpose of a constant integer tensor is not supported";
+      Tensor t = via_reference("transpose", attrs, {&x});
+      t.elem_type = x.elem_type;
+      return one(std::move(t));
+    }
+    if (op == "DequantizeLinear") return one(dequantize_constant(n, require(0), require(1), in(2)));
+    if (op == "QuantizeLinear") return one(quantize_constant(n, require(0), require(1), in(2)));
+    TEC_INTERNAL_ERROR(ErrorContext{}) << "no folding for " << op;
+  }
+
+  // ---- patterns --------------------------------------------------------------------------
+
+  int producer_of(const std::string& v) const {
+    auto it = producer_.find(v);
+    return it == producer_.end() ? -1 : it->second;
+  }
+  const std::vector<int>& consumers_of(const std::string& v) const {
+    static const std::vector<int> none;
+    auto it = consumers_.find(v);
+    return it == consumers_.end() ? none : it->second;
+  }
+  // A value read by exactly one node, and not a graph output: a pattern may swallow it.
+  bool internal(const std::string& v) const { return consumers_of(v).size() == 1 && !outputs_.count(v); }
+  bool free_node(int i) const { return i >= 0 && group_of_[static_cast<size_t>(i)] < 0 && !constant_node_[static_cast<size_t>(i)]; }
+  bool is_op(int i, const char* op) const { return free_node(i) && node(i).op_type == op; }
+  // The single consumer of v if it is a free `op` node.
+  int sole_consumer(const std::string& v, const char* op) const {
+    if (!internal(v)) return -1;
+    const int c = consumers_of(v)[0];
+    return is_op(c, op) ? c : -1;
+  }
+  // For a commutative binary node reading `v`, the other operand.
+  std::string other_input(int i, const std::string& v) const {
+    const auto& in = node(i).inputs;
+    if (in.size() != 2) return "";
+    return in[0] == v ? in[1] : in[1] == v ? in[0] : "";
+  }
+  // The two inputs of a binary node as (runtime, scalar constant), in either order.
+  std::optional<std::pair<std::string, double>> with_scalar(int i) const {
+    const auto& in = node(i).inputs;
+    if (in.size() != 2) return std::nullopt;
+    if (auto s = scalar(in[1]); s && !is_constant(in[0])) return std::make_pair(in[0], *s);
+    if (auto s = scalar(in[0]); s && !is_constant(in[1])) return std::make_pair(in[1], *s);
+    return std::nullopt;
+  }
+  std::optional<std::vector<int64_t>> reduce_axes(int i) const {
+    const onnx::Node& n = node(i);
+    if (auto a = attr_ints(n, "axes")) return a;
+    if (n.inputs.size() > 1 && !n.inputs[1].empty()) {
+      auto it = known_.find(n.inputs[1]);
+      if (it == known_.end()) return std::nullopt;
+      return as_ints(*it->second);
+    }
+    return std::vector<int64_t>{};
+  }
+  bool reduces_last_dim_keeping(int i) const {
+    auto axes = reduce_axes(i);
+    if (!axes || axes->size() != 1 || attr_int(node(i), "keepdims", 1) != 1) return false;
+    return (*axes)[0] == -1 || (*axes)[0] == rank_of(node(i).inputs[0]) - 1;
+  }
+
+  // The rank of a value when the structure alone tells it (exporters write the reduced axis
+  // of a norm as rank-1 as often as -1); -1 when unknown.
+  int64_t rank_of(const std::string& v) const {
+    auto it = ranks_.find(v);
+    return it == ranks_.end() ? -1 : it->second;
+  }
+
+  // Ranks in topological order (no recursion: a hostile graph may be a million nodes deep).
+  void find_ranks() {
+    for (const auto& [name, t] : known_) ranks_[name] = static_cast<int64_t>(t->dims.size());
+    for (const auto& in : m_.inputs)
+      if (in.has_shape) ranks_[in.name] = static_cast<int64_t>(in.dims.size());
+    static const std::set<std::string> same = {"Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Neg",
+                                               "LayerNormalization", "RMSNormalization", "Transpose", "Cast", "Identity",
+                                               "QuantizeLinear", "DequantizeLinear"};
+    static const std::set<std::string> broadcast = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul"};
+    for (int i : order_) {
+      const onnx::Node& n = node(i);
+      if (n.outputs.empty() || n.inputs.empty() || ranks_.count(n.outputs[0])) continue;
+      int64_t r = -1;
+      if (same.count(n.op_type) || (n.op_type == "ReduceMean" && attr_int(n, "keepdims", 1) == 1)) r = rank_of(n.inputs[0]);
+      else if (n.op_type == "Gemm") r = 2;
+      else if (n.op_type == "Reshape" && n.inputs.size() > 1 && known_.count(n.inputs[1])) r = known_.at(n.inputs[1])->numel();
+      else if (broadcast.count(n.op_type) && n.inputs.size() == 2 && rank_of(n.inputs[0]) >= 0 && rank_of(n.inputs[1]) >= 0)
+        r = std::max(rank_of(n.inputs[0]), rank_of(n.inputs[1]));
+      if (r >= 0) ranks_[n.outputs[0]] = r;
+    }
+  }
+
+  void add_group(Group g) {
+    const int id = static_cast<int>(groups_.size());
+    for (int mbr : g.members) group_of_[static_cast<size_t>(mbr)] = id;
+    groups_.push_back(std::move(g));
+  }
+
+  // From `start` (a value that multiplies x), follows single-use Mul nodes, collecting the
+  // other factors, until they are exactly {x, c} with c ~ `scale`. Returns the last Mul.
+  int match_product(const std::string& start, const std::string& x, double scale, std::vector<int>& members) const {
+    std::string cur = start;
+    double constants = 1.0;
+    bool have_x = false;
+    for (int step = 0; step < 3; ++step) {
+      const int m = sole_consumer(cur, "Mul");
+      if (m < 0) return -1;
+      const std::string other = other_input(m, cur);
+      members.push_back(m);
+      if (auto s = scalar(other)) {
+        constants *= *s;
+      } else if (other == x && !have_x) {
+        have_x = true;
+      } else {
+        // x * c computed on its own, then multiplied in.
+        const int p = producer_of(other);
+        auto xs = p >= 0 && internal(other) && is_op(p, "Mul") ? with_scalar(p) : std::nullopt;
+        if (!xs || xs->first != x || have_x) return -1;
+        members.push_back(p);
+        constants *= xs->second;
+        have_x = true;
+      }
+      cur = node(m).outputs[0];
+      if (have_x && near(constants, scale)) return m;
+    }
+    return -1;
+  }
+
+  // 1 + f(...): the Add after Erf/Tanh.
+  int plus_one(const std::string& v) const {
+    const int a = sole_consumer(v, "Add");
+    if (a < 0) return -1;
+    auto s = scalar(other_input(a, v));
+    return s && near(*s, 1.0) ? a : -1;
+  }
+
+  void match_gelu_erf(int e) {
+    const std::string& in = node(e).inputs[0];
+    const int p = producer_of(in);
+    if (!internal(in) || p < 0) return;
+    std::string x;
+    if (is_op(p, "Div") && node(p).inputs.size() == 2 && scalar(node(p).inputs[1]) && near(*scalar(node(p).inputs[1]), std::sqrt(2.0)))
+      x = node(p).inputs[0];
+    else if (is_op(p, "Mul"))
+      if (auto xs = with_scalar(p); xs && near(xs->second, std::sqrt(0.5))) x = xs->first;
+    if (x.empty()) return;
+    const int a = plus_one(node(e).outputs[0]);
+    if (a < 0) return;
+    std::vector<int> members{p, e, a};
+    const int root = match_product(node(a).outputs[0], x, 0.5, members);
+    if (root < 0) return;
+    add_group(Group{.kind = Group::Kind::gelu, .members = members, .root = root, .x = x, .approximate = "none",
+                    .describe = "decomposed GELU (erf form) -> gelu"});
+  }
+
+  // x^3 as Pow(x, 3), x*(x*x) or (x*x)*x.
+  bool is_cube(const std::string& v, const std::string& x, std::vector<int>& members) const {
+    const int p = producer_of(v);
+    if (p < 0 || !internal(v)) return false;
+    if (is_op(p, "Pow") && node(p).inputs[0] == x && scalar(node(p).inputs[1]) && near(*scalar(node(p).inputs[1]), 3.0)) {
+      members.push_back(p);
+      return true;
+    }
+    if (!is_op(p, "Mul")) return false;
+    const std::string other = other_input(p, x);
+    if (other.empty()) return false;
+    const int q = producer_of(other);
+    if (q < 0 || !internal(other) || !is_op(q, "Mul") || node(q).inputs[0] != x || node(q).inputs[1] != x) return false;
+    members.push_back(p);
+    members.push_back(q);
+    return true;
+  }
+
+  void match_gelu_tanh(int t) {
+    const std::string& in = node(t).inputs[0];
+    const int p = producer_of(in);
+    if (!internal(in) || !is_op(p, "Mul")) return;
+    auto inner = with_scalar(p);
+    if (!inner || !near(inner->second, std::sqrt(2.0 / M_PI))) return;
+    const int s = producer_of(inner->first);
+    if (!internal(inner->first) || !is_op(s, "Add")) return;
+    for (int order = 0; order < 2; ++order) {
+      const std::string x = node(s).inputs[static_cast<size_t>(order)], k = node(s).inputs[static_cast<size_t>(1 - order)];
+      const int kp = producer_of(k);
+      if (!internal(k) || !is_op(kp, "Mul")) continue;
+      auto cubic = with_scalar(kp);
+      if (!cubic || !near(cubic->second, 0.044715)) continue;
+      std::vector<int> members{p, s, kp, t};
+      if (!is_cube(cubic->first, x, members)) continue;
+      const int a = plus_one(node(t).outputs[0]);
+      if (a < 0) return;
+      members.push_back(a);
+      const int root = match_product(node(a).outputs[0], x, 0.5, members);
+      if (root < 0) return;
+      add_group(Group{.kind = Group::Kind::gelu, .members = members, .root = root, .x = x, .approximate = "tanh",
+                      .describe = "decomposed GELU (tanh form) -> gelu"});
+      return;
+    }
+  }
+
+  void match_silu(int s) {
+    const std::string& x = node(s).inputs[0];
+    const int m = sole_consumer(node(s).outputs[0], "Mul");
+    if (m < 0 || other_input(m, node(s).outputs[0]) != x) return;
+    add_group(Group{.kind = Group::Kind::silu, .members = {s, m}, .root = m, .x = x, .describe = "x * sigmoid(x) -> silu"});
+  }
+
+  // A MatMul by a constant 2-D weight, free to be swallowed.
+  bool is_weight_matmul(int i) const {
+    if (!is_op(i, "MatMul")) return false;
+    auto it = known_.find(node(i).inputs[1]);
+    return it != known_.end() && it->second->dims.size() == 2 && it->second->is_float() && !is_constant(node(i).inputs[0]);
+  }
+
+  // act(x W_a) * (x W_b) -> one linear with [W_a; W_b], then swiglu / geglu.
+  void match_gated(int mul) {
+    if (!is_op(mul, "Mul") || node(mul).inputs.size() != 2) return;
+    for (int order = 0; order < 2; ++order) {
+      const std::string act_out = node(mul).inputs[static_cast<size_t>(order)];
+      const std::string up_out = node(mul).inputs[static_cast<size_t>(1 - order)];
+      const int act_node = producer_of(act_out);
+      if (act_node < 0 || !internal(act_out) || !internal(up_out)) continue;
+      const int gid = group_of_[static_cast<size_t>(act_node)];
+      if (gid < 0 || groups_[static_cast<size_t>(gid)].root != act_node) continue;
+      const Group& act = groups_[static_cast<size_t>(gid)];
+      const bool silu = act.kind == Group::Kind::silu;
+      if (!silu && !(act.kind == Group::Kind::gelu && act.approximate == "tanh")) continue;
+      const int gate = producer_of(act.x), up = producer_of(up_out);
+      if (gate < 0 || up < 0 || !is_weight_matmul(gate) || !is_weight_matmul(up)) continue;
+      if (node(gate).inputs[0] != node(up).inputs[0] || outputs_.count(act.x)) continue;
+      for (int c : consumers_of(act.x))
+        if (std::find(act.members.begin(), act.members.end(), c) == act.members.end()) return;
+      if (known_.at(node(gate).inputs[1])->dims != known_.at(node(up).inputs[1])->dims) continue;
+      Group g{.kind = Group::Kind::gated, .members = act.members, .root = mul, .x = node(gate).inputs[0]};
+      g.members.insert(g.members.end(), {gate, up, mul});
+      g.weight = node(gate).inputs[1];
+      g.weight2 = node(up).inputs[1];
+      g.act = silu ? "swiglu" : "geglu";
+      g.describe = std::string(silu ? "gated SwiGLU" : "gated GEGLU") + " (two MatMuls + " + (silu ? "silu" : "gelu") +
+                   " * up) -> linear with the weights concatenated, then " + g.act;
+      for (int mbr : act.members) group_of_[static_cast<size_t>(mbr)] = -1;
+      groups_[static_cast<size_t>(gid)].members.clear();  // absorbed
+      groups_[static_cast<size_t>(gid)].root = -1;
+      add_group(std::move(g));
+      return;
+    }
+  }
+
+  // Optional Mul by a constant gamma, then optional Add of a constant beta.
+  int affine_tail(int last, Group& g, bool with_beta) const {
+    const std::string out = node(last).outputs[0];
+    const int mul = sole_consumer(out, "Mul");
+    if (mul >= 0) {
+      const std::string gamma = other_input(mul, out);
+      if (known_.count(gamma) && known_.at(gamma)->dims.size() == 1) {
+        g.members.push_back(mul);
+        g.weight = gamma;
+        last = mul;
+      }
+    }
+    if (!with_beta) return last;
+    const std::string out2 = node(last).outputs[0];
+    const int add = sole_consumer(out2, "Add");
+    if (add >= 0) {
+      const std::string beta = other_input(add, out2);
+      if (known_.count(beta) && known_.at(beta)->dims.size() == 1) {
+        g.members.push_back(add);
+        g.bias = beta;
+        last = add;
+      }
+    }
+    return last;
+  }
+
+  // eps from Add(v, eps), then Sqrt: returns the Sqrt.
+  int eps_sqrt(const std::string& v, Group& g) const {
+    const int add = sole_consumer(v, "Add");
+    if (add < 0) return -1;
+    auto eps = scalar(other_input(add, v));
+    if (!eps || *eps <= 0 || *eps >= 1) return -1;
+    const int sq = sole_consumer(node(add).outputs[0], "Sqrt");
+    if (sq < 0) return -1;
+    g.eps = *eps;
+    g.members.insert(g.members.end(), {add, sq});
+    return sq;
+  }
+
+  // d^2 as Pow(d, 2) or Mul(d, d).
+  bool is_square_of(int i, const std::string& d) const {
+    if (is_op(i, "Pow")) return node(i).inputs[0] == d && scalar(node(i).inputs[1]) && near(*scalar(node(i).inputs[1]), 2.0);
+    return is_op(i, "Mul") && node(i).inputs[0] == d && node(i).inputs[1] == d;
+  }
+
+  void match_layernorm(int r1) {
+    if (!reduces_last_dim_keeping(r1)) return;
+    const std::string x = node(r1).inputs[0];
+    const int sub = sole_consumer(node(r1).outputs[0], "Sub");
+    if (sub < 0 || node(sub).inputs[0] != x) return;
+    const std::string d = node(sub).outputs[0];
+    const auto& dc = consumers_of(d);
+    if (dc.size() != 2 || outputs_.count(d)) return;
+    const int sq = is_square_of(dc[0], d) ? dc[0] : is_square_of(dc[1], d) ? dc[1] : -1;
+    const int div = dc[0] == sq ? dc[1] : dc[0];
+    if (sq < 0 || !is_op(div, "Div") || node(div).inputs[0] != d) return;
+    const int r2 = sole_consumer(node(sq).outputs[0], "ReduceMean");
+    if (r2 < 0 || !reduces_last_dim_keeping(r2)) return;
+    Group g{.kind = Group::Kind::layernorm, .members = {r1, sub, sq, r2}, .x = x};
+    const int sqrt = eps_sqrt(node(r2).outputs[0], g);
+    if (sqrt < 0 || sole_consumer(node(sqrt).outputs[0], "Div") != div) return;
+    g.members.push_back(div);
+    g.root = affine_tail(div, g, true);
+    g.describe = "decomposed LayerNorm (ReduceMean/Sub/Pow/Sqrt/Div) -> layernorm";
+    add_group(std::move(g));
+  }
+
+  void match_rmsnorm(int r) {
+    if (!reduces_last_dim_keeping(r)) return;
+    const std::string sq_out = node(r).inputs[0];
+    const int sq = producer_of(sq_out);
+    if (sq < 0 || !internal(sq_out)) return;
+    const std::string x = node(sq).inputs[0];
+    if (!is_square_of(sq, x)) return;
+    Group g{.kind = Group::Kind::rmsnorm, .members = {sq, r}, .x = x};
+    const int sqrt = eps_sqrt(node(r).outputs[0], g);
+    if (sqrt < 0) return;
+    int last = -1;
+    const std::string s = node(sqrt).outputs[0];
+    if (const int rec = sole_consumer(s, "Reciprocal"); rec >= 0) {
+      const int mul = sole_consumer(node(rec).outputs[0], "Mul");
+      if (mul < 0 || other_input(mul, node(rec).outputs[0]) != x) return;
+      g.members.insert(g.members.end(), {rec, mul});
+      last = mul;
+    } else if (const int div = sole_consumer(s, "Div"); div >= 0 && node(div).inputs[0] == x) {
+      g.members.push_back(div);
+      last = div;
+    } else {
+      return;
+    }
+    g.root = affine_tail(last, g, false);
+    g.describe = "decomposed RMSNorm (Pow/ReduceMean/Sqrt/Reciprocal) -> rmsnorm";
+    add_group(std::move(g));
+  }
+
+  void match_linear_bias(int mm) {
+    if (!is_weight_matmul(mm)) return;
+    const std::string y = node(mm).outputs[0];
+    const int add = sole_consumer(y, "Add");
+    if (add < 0) return;
+    const std::string b = other_input(add, y);
+    auto it = known_.find(b);
+    const int64_t n = known_.at(node(mm).inputs[1])->dims[1];
+    if (it == known_.end() || it->second->numel() != n || !it->second->is_float() || it->second->dims.empty() ||
+        it->second->dims.back() != n)
+      return;
+    add_group(Group{.kind = Group::Kind::linear_bias, .members = {mm, add}, .root = add, .x = node(mm).inputs[0],
+                    .weight = node(mm).inputs[1], .bias = b, .describe = "MatMul + Add -> linear with bias"});
+  }
+
+  // Q -> DQ on a run-time value: the pair picks the quantizer of the GEMM that reads it.
+  void match_qdq(int q) {
+    if (!is_op(q, "QuantizeLinear") || is_constant(node(q).inputs[0])) return;
+    const std::string y = node(q).outputs[0];
+    const int dq = sole_consumer(y, "DequantizeLinear");
+    if (dq < 0) return;
+    const onnx::Node& qn = node(q);
+    Group g{.kind = Group::Kind::qdq, .members = {q, dq}, .root = dq, .x = qn.inputs[0]};
+    auto scale = known_.find(qn.inputs[1]);
+    int32_t out_type = static_cast<int32_t>(attr_int(qn, "output_dtype", 0));
+    if (qn.inputs.size() > 2 && !qn.inputs[2].empty() && known_.count(qn.inputs[2])) out_type = known_.at(qn.inputs[2])->elem_type;
+    if (out_type == 0) out_type = onnx::kUint8;
+    const int64_t block = attr_int(qn, "block_size", 0);
+    std::string why;
+    if (scale == known_.end()) why = "its scale is not a known constant";
+    else if (out_type != onnx::kFloat8E4M3FN)
+      why = "it quantizes to " + onnx::elem_type_name(out_type) +
+            "; tec maps FLOAT8E4M3FN Q/DQ onto TE's forward FP8 formats (E5M2 is for gradients, integer formats are not TE's)";
+    else if (block == 0 && scale->second->numel() == 1) g.qdq_recipe = RecipeKind::fp8_current;
+    else if (block == 128 && attr_int(qn, "axis", 1) == -1) g.qdq_recipe = RecipeKind::fp8_block;
+    else if (block == 32 && scale->second->elem_type == onnx::kFloat8E8M0 && attr_int(qn, "axis", 1) == -1)
+      g.qdq_recipe = RecipeKind::mxfp8;
+    else
+      why = "its scale granularity (" + std::string(block ? "block_size " + std::to_string(block) : "per-axis") +
+            ") matches no TE recipe (scalar: fp8-current; block_size 128 on axis -1: fp8-block; block_size 32 with "
+            "E8M0 scales on axis -1: mxfp8)";
+    if (!why.empty()) {
+      problem(qn, "Q/DQ pair cannot be mapped: " + why);
+      return;
+    }
+    g.describe = std::string("Q/DQ pair -> ") + std::string(to_string(g.qdq_recipe)) + " quantizer of the GEMM input";
+    add_group(std::move(g));
+  }
+
+  void find_patterns() {
+    find_ranks();
+    group_of_.assign(m_.nodes.size(), -1);
+    auto each = [&](const char* op, void (Importer::*match)(int)) {
+      for (int i : order_)
+        if (is_op(i, op)) (this->*match)(i);
+    };
+    each("ReduceMean", &Importer::match_layernorm);
+    each("ReduceMean", &Importer::match_rmsnorm);
+    each("Erf", &Importer::match_gelu_erf);
+    each("Tanh", &Importer::match_gelu_tanh);
+    each("Sigmoid", &Importer::match_silu);
+    each("Mul", &Importer::match_gated);
+    each("MatMul", &Importer::match_linear_bias);
+    each("QuantizeLinear", &Importer::match_qdq);
+  }
+
+  // Q/DQ pairs must feed GEMM inputs only, and then every GEMM's, since one recipe holds
+  // for the whole plan.
+  void check_qdq_placement() {
+    std::set<RecipeKind> kinds;
+    for (const Group& g : groups_) {
+      if (g.kind != Group::Kind::qdq) continue;
+      kinds.insert(g.qdq_recipe);
+      const std::string out = node(g.root).outputs[0];
+      for (int c : consumers_of(out)) {
+        const onnx::Node& cn = node(c);
+        const bool gemm_a = (cn.op_type == "MatMul" || cn.op_type == "Gemm") && cn.inputs[0] == out;
+        if (!gemm_a)
+          problem(node(g.root), "Q/DQ output '" + out + "' feeds " + cn.op_type + " '" + cn.name +
+                                    "', not a MatMul/Gemm input A: tec quantizes GEMM operands only");
+        else
+          qdq_gemms_.insert(c);
+      }
+      if (outputs_.count(out)) problem(node(g.root), "Q/DQ output '" + out + "' is a graph output");
+    }
+    for (const onnx::Node& n : m_.nodes) {
+      if (constant_node_[static_cast<size_t>(n.index)] || group_of_[static_cast<size_t>(n.index)] >= 0) continue;
+      if (n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
+        if (!has_problem(n))
+          problem(n, n.op_type + " on a run-time value is supported only as a Q -> DQ pair on a MatMul/Gemm input");
+    }
+    if (kinds.size() > 1) problem(node(order_.at(0)), "Q/DQ pairs ask for more than one recipe; tec applies one per plan");
+    if (kinds.size() == 1) qdq_recipe_ = *kinds.begin();
+    if (!qdq_recipe_) return;
+    for (const onnx::Node& n : m_.nodes)
+      if ((n.op_type == "MatMul" || n.op_type == "Gemm") && !constant_node_[static_cast<size_t>(n.index)] &&
+          !qdq_gemms_.count(n.index) && !gated_member(n.index))
+        problem(n, "this GEMM's input has no Q/DQ pair while others have; tec applies one recipe to every GEMM");
+  }
+  bool gated_member(int i) const {
+    const int gid = group_of_[static_cast<size_t>(i)];
+    if (gid < 0 || groups_[static_cast<size_t>(gid)].kind != Group::Kind::gated) return false;
+    return qdq_gemms_.count(producer_of(groups_[static_cast<size_t>(gid)].x)) != 0 ||
+           std::any_of(groups_[static_cast<size_t>(gid)].members.begin(), groups_[static_cast<size_t>(gid)].members.end(),
+                       [&](int m) { return qdq_gemms_.count(m) != 0; });
+  }
+
+  // ---- profiles --------------------------------------------------------------------------
+
+  std::vector<std::map<std::string, int64_t>> profiles() {
+    std::set<std::string> names;
+    for (const auto& in : m_.inputs) {
+      const ErrorContext ctx{"onnx", in.name, "", m_.file + " graph input '" + in.name + "'"};
+      TEC_UNSUPPORTED_CHECK(in.elem_type >= 0, ctx) << "input '" << in.name << "' is not a tensor";
+      TEC_UNSUPPORTED_CHECK(tec_dtype(in.elem_type).has_value(), ctx)
+          << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
+          << "; tec takes FLOAT, FLOAT16 and BFLOAT16 inputs";
+      TEC_USER_CHECK(in.has_shape, ctx) << "input '" << in.name << "' has no shape; tec needs every input's rank";
+      for (size_t d = 0; d < in.dims.size(); ++d) {
+        if (in.dims[d].value >= 1) continue;
+        TEC_USER_CHECK(!in.dims[d].param.empty(), ctx)
+            << "dim " << d << " of input '" << in.name << "' is dynamic and unnamed; name it (dim_param) or fix it";
+        names.insert(in.dims[d].param);
+      }
+    }
+    size_t count = 1;
+    for (const auto& [name, sizes] : opt_.dim_overrides) {
+      TEC_USER_CHECK(names.count(name), (ErrorContext{"onnx", "", "", "--shape/--profiles " + name}))
+          << "the model has no symbolic dim '" << name << "'"
+          << (names.empty() ? std::string(" (all its dims are fixed)") : "; its symbolic dims: " + join(names));
+      TEC_USER_CHECK(count == 1 || sizes.size() == 1 || sizes.size() == count, (ErrorContext{"onnx", "", "", "--profiles " + name}))
+          << "profile lists differ in length";
+      count = std::max(count, sizes.size());
+      for (int64_t s : sizes)
+        TEC_USER_CHECK(s >= 1 && s <= kMaxDim, (ErrorContext{"onnx", "", "", "--shape " + name})) << "size " << s << " is out of range";
+    }
+    for (const auto& name : names)
+      TEC_USER_CHECK(opt_.dim_overrides.count(name), (ErrorContext{"onnx", "", "", m_.file}))
+          << "the model's dim '" << name << "' is symbolic; give its size with --shape " << name << "=N (or --profiles "
+          << name << "=N1,N2,...)";
+    std::vector<std::map<std::string, int64_t>> out;
+    for (size_t p = 0; p < count; ++p) {
+      std::map<std::string, int64_t> profile;
+      for (const auto& [name, sizes] : opt_.dim_overrides) profile[name] = sizes[sizes.size() == 1 ? 0 : p];
+      out.push_back(std::move(profile));
+    }
+    return out;
+  }
+
+  static std::string join(const std::set<std::string>& names) {
+    std::string s;
+    for (const auto& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+  }
+
+  // ---- building one profile's graph ------------------------------------------------------
+
+  struct Env {
+    Graph g;
+    std::map<std::string, ValueId> runtime;
+    ConstMap consts;
+    std::set<std::string> names;  // node and value names in use
+  };
+
+  std::string unique(Env& e, const std::string& base) {
+    std::string name = base;
+    for (int i = 2; !e.names.insert(name).second; ++i) name = base + "_" + std::to_string(i);
+    return name;
+  }
+
+  ValueId runtime(Env& e, const std::string& v, const onnx::Node& n) {
+    auto it = e.runtime.find(v);
+    TEC_INTERNAL_CHECK(it != e.runtime.end(), node_ctx(n)) << "value '" << v << "' was not emitted";
+    return it->second;
+  }
+
+  // A constant as a weight value, in the dtype of the run-time operand it meets.
+  ValueId weight_value(Env& e, const std::string& v, DType dtype, const std::string& source) {
+    const Tensor& t = *e.consts.at(v);
+    TEC_UNSUPPORTED_CHECK(t.is_float(), (ErrorContext{"onnx", v, "", source}))
+        << "constant '" << v << "' is " << onnx::elem_type_name(t.elem_type) << "; tec's run-time ops take float tensors";
+    Value w;
+    w.name = unique(e, v);
+    w.kind = ValueKind::weight;
+    w.source = source;
+    w.proto = TensorProto::dense(Shape(t.dims), dtype);
+    w.weight = WeightSource{.kind = WeightSource::Kind::values, .values = std::make_shared<const std::vector<float>>(t.floats),
+                            .origin = "ONNX constant '" + v + "'"};
+    return e.g.add_value(std::move(w));
+  }
+
+  ValueId operand(Env& e, const std::string& v, DType dtype, const onnx::Node& n) {
+    if (e.consts.count(v)) return weight_value(e, v, dtype, node_ctx(n).location);
+    return runtime(e, v, n);
+  }
+
+  // Adds one tec node; its params take `param_values` in order. Returns the output value.
+  ValueId emit(Env& e, const onnx::Node& src, const std::string& op, std::vector<ValueId> inputs, Attributes attrs,
+               std::vector<std::vector<float>> param_values, const std::string& out_name) {
+    const OpDef& def = builtin_ops().get(op);
+    Node nd;
+    nd.name = unique(e, src.name);
+    nd.op = op;
+    nd.source = node_ctx(src).location;
+    nd.attrs = std::move(attrs);
+    const ErrorContext ctx{"onnx", src.name, src.op_type, nd.source};
+    check_and_default_attributes(def, nd.attrs, ctx);
+    nd.inputs = std::move(inputs);
+    const DType dtype = e.g.value(nd.inputs.at(0)).proto.dtype;
+    if (def.params) {
+      const auto specs = def.params(nd.attrs, dtype);
+      TEC_INTERNAL_CHECK(specs.size() == param_values.size(), ctx) << op << " takes " << specs.size() << " params";
+      for (size_t i = 0; i < specs.size(); ++i) {
+        TEC_INTERNAL_CHECK(static_cast<int64_t>(param_values[i].size()) == specs[i].shape.numel(), ctx)
+            << "param " << specs[i].suffix << " has " << param_values[i].size() << " values for " << specs[i].shape.str();
+        Value w;
+        w.name = unique(e, nd.name + "." + specs[i].suffix);
+        w.kind = ValueKind::weight;
+        w.source = nd.source;
+        w.proto = TensorProto::dense(specs[i].shape, specs[i].dtype);
+        w.weight = WeightSource{.kind = WeightSource::Kind::values,
+                                .values = std::make_shared<const std::vector<float>>(std::move(param_values[i])),
+                                .origin = "ONNX node '" + src.name + "'"};
+        nd.inputs.push_back(e.g.add_value(std::move(w)));
+      }
+    }
+    std::vector<TensorProto> protos;
+    for (ValueId in : nd.inputs) protos.push_back(e.g.value(in).proto);
+    InferResult r = with_context(ctx, [&] { return def.infer(InferContext{e.g, nd, ctx, protos}); });
+    Value out;
+    out.name = unique(e, out_name);
+    out.source = nd.source;
+    out.proto = r.outputs.at(0);
+    nd.outputs.push_back(e.g.add_value(std::move(out)));
+    const ValueId id = nd.outputs[0];
+    e.g.add_node(std::move(nd));
+    return id;
+  }
+
+  // A reshape to `dims`, or the value itself when nothing changes.
+  ValueId reshape_to(Env& e, const onnx::Node& src, ValueId v, const std::vector<int64_t>& dims, const std::string& out) {
+    if (e.g.value(v).proto.shape.dims == dims) return v;
+    Attributes a;
+    a.values["shape"] = dims;
+    return emit(e, src, "reshape", {v}, a, {}, out);
+  }
+
+  static std::vector<float> transposed(const Tensor& w) {  // [K, N] -> [N, K]
+    const int64_t k = w.dims[0], n = w.dims[1];
+    std::vector<float> out(static_cast<size_t>(k * n));
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) out[static_cast<size_t>(j * k + i)] = w.floats[static_cast<size_t>(i * n + j)];
+    return out;
+  }
+
+  ValueId emit_linear(Env& e, const onnx::Node& src, ValueId x, std::vector<float> weight_nk, int64_t n, int64_t k,
+                      const std::vector<float>* bias, const std::string& out) {
+    Attributes a;
+    a.values["in_features"] = k;
+    a.values["out_features"] = n;
+    a.values["bias"] = bias != nullptr;
+    std::vector<std::vector<float>> params{std::move(weight_nk)};
+    if (bias) params.push_back(*bias);
+    const Shape xs = e.g.value(x).proto.shape;
+    TEC_USER_CHECK(xs.rank() >= 1 && xs.cols() == k, node_ctx(src))
+        << "input has shape " << xs.str() << ", the weight expects " << k << " features";
+    return emit(e, src, "linear", {x}, a, std::move(params), out);
+  }
+
+  static Attributes fn_attr(const std::string& fn) {
+    Attributes a;
+    a.values["fn"] = fn;
+    return a;
+  }
+
+  void emit_group(Env& e, const Group& grp) {
+    const onnx::Node& root = node(grp.root);
+    const std::string out = root.outputs[0];
+    const ValueId x = runtime(e, grp.x, root);
+    const DType dtype = e.g.value(x).proto.dtype;
+    auto values = [&](const std::string& name, int64_t count, float fill) {
+      if (name.empty()) return std::vector<float>(static_cast<size_t>(count), fill);
+      const Tensor& t = *e.consts.at(name);
+      TEC_UNSUPPORTED_CHECK(t.numel() == count, node_ctx(root))
+          << "constant '" << name << "' has " << t.numel() << " values, expected " << count;
+      return t.floats;
+    };
+    switch (grp.kind) {
+      case Group::Kind::linear_bias: {
+        const Tensor& w = *e.consts.at(grp.weight);
+        std::vector<float> b = values(grp.bias, w.dims[1], 0);
+        e.runtime[out] = emit_linear(e, root, x, transposed(w), w.dims[1], w.dims[0], &b, out);
+        break;
+      }
+      case Group::Kind::gelu: {
+        Attributes a;
+        a.values["approximate"] = grp.approximate;
+        e.runtime[out] = emit(e, root, "gelu", {x}, a, {}, out);
+        break;
+      }
+      case Group::Kind::silu: e.runtime[out] = emit(e, root, "silu", {x}, {}, {}, out); break;
+      case Group::Kind::gated: {
+        const Tensor &wa = *e.consts.at(grp.weight), &wb = *e.consts.at(grp.weight2);
+        std::vector<float> w = transposed(wa);
+        const std::vector<float> wb_t = transposed(wb);
+        w.insert(w.end(), wb_t.begin(), wb_t.end());
+        const ValueId h = emit_linear(e, root, x, std::move(w), 2 * wa.dims[1], wa.dims[0], nullptr, out + ".gate_up");
+        e.runtime[out] = emit(e, root, grp.act, {h}, {}, {}, out);
+        break;
+      }
+      case Group::Kind::layernorm:
+      case Group::Kind::rmsnorm: {
+        const int64_t hidden = e.g.value(x).proto.shape.cols();
+        Attributes a;
+        a.values["hidden"] = hidden;
+        a.values["eps"] = grp.eps;
+        std::vector<std::vector<float>> params{values(grp.weight, hidden, 1.0f)};
+        if (grp.kind == Group::Kind::layernorm) params.push_back(values(grp.bias, hidden, 0.0f));
+        e.runtime[out] = emit(e, root, grp.kind == Group::Kind::layernorm ? "layernorm" : "rmsnorm", {x}, a, params, out);
+        break;
+      }
+      case Group::Kind::qdq: e.runtime[out] = x; break;
+    }
+    (void)dtype;
+  }
+
+  // Norm over the dims from `axis` on: reshaped to one last dim when there are several.
+  void emit_norm(Env& e, const onnx::Node& n, bool layernorm) {
+    TEC_UNSUPPORTED_CHECK(attr_int(n, "stash_type", 1) == 1, node_ctx(n)) << "stash_type must be 1 (float)";
+    const ValueId x = runtime(e, n.inputs[0], n);
+    const Shape xs = e.g.value(x).proto.shape;
+    TEC_USER_CHECK(xs.rank() >= 1, node_ctx(n)) << "input is a scalar";
+    const int64_t axis = with_context(node_ctx(n), [&] { return axis_of(attr_int(n, "axis", -1), xs.rank(), "axis"); });
+    int64_t hidden = 1;
+    for (size_t d = static_cast<size_t>(axis); d < xs.rank(); ++d) hidden *= xs.dims[d];
+    std::vector<int64_t> rows_dims(xs.dims.begin(), xs.dims.begin() + axis);
+    rows_dims.push_back(hidden);
+    auto param = [&](size_t slot, float fill) {
+      if (slot >= n.inputs.size() || n.inputs[slot].empty()) return std::vector<float>(static_cast<size_t>(hidden), fill);
+      const Tensor& t = *e.consts.at(n.inputs[slot]);
+      TEC_UNSUPPORTED_CHECK(t.is_float(), node_ctx(n)) << "input " << slot << " is not a float tensor";
+      if (t.numel() == hidden) return t.floats;
+      TEC_UNSUPPORTED_CHECK(t.numel() == 1, node_ctx(n))
+          << "input " << slot << " has shape " << Shape(t.dims).str() << "; tec takes the normalized shape or a scalar";
+      return std::vector<float>(static_cast<size_t>(hidden), t.floats[0]);
+    };
+    const std::string out = n.outputs[0];
+    const ValueId flat = reshape_to(e, n, x, rows_dims, out + ".rows");
+    Attributes a;
+    a.values["hidden"] = hidden;
+    a.values["eps"] = static_cast<double>(attr_float(n, "epsilon", 1e-5f));
+    std::vector<std::vector<float>> params{param(1, 1.0f)};
+    if (layernorm) params.push_back(param(2, 0.0f));
+    const ValueId y = emit(e, n, layernorm ? "layernorm" : "rmsnorm", {flat}, a, params, flat == x ? out : out + ".norm");
+    e.runtime[out] = reshape_to(e, n, y, xs.dims, out);
+    if (layernorm) emit_norm_statistics(e, n, flat, xs, axis);
+  }
+
+  // LayerNormalization's optional Mean and InvStdDev outputs, when something reads them:
+  // computed beside the fused norm with the general ops (CPU reference).
+  void emit_norm_statistics(Env& e, const onnx::Node& n, ValueId rows, const Shape& xs, int64_t axis) {
+    auto wanted = [&](size_t o) {
+      return o < n.outputs.size() && !n.outputs[o].empty() && (!consumers_of(n.outputs[o]).empty() || outputs_.count(n.outputs[o]));
+    };
+    if (!wanted(1) && !wanted(2)) return;
+    std::vector<int64_t> stat_dims = xs.dims;
+    for (size_t d = static_cast<size_t>(axis); d < stat_dims.size(); ++d) stat_dims[d] = 1;
+    Attributes mean_attrs;
+    mean_attrs.values["axes"] = std::vector<int64_t>{-1};
+    mean_attrs.values["keepdims"] = true;
+    const std::string base = n.outputs[0];
+    const ValueId mean = emit(e, n, "reduce_mean", {rows}, mean_attrs, {}, base + ".mean");
+    if (wanted(1)) e.runtime[n.outputs[1]] = reshape_to(e, n, mean, stat_dims, n.outputs[1]);
+    if (!wanted(2)) return;
+    const ValueId d = emit(e, n, "binary", {rows, mean}, fn_attr("sub"), {}, base + ".centered");
+    const ValueId sq = emit(e, n, "binary", {d, d}, fn_attr("mul"), {}, base + ".squared");
+    const ValueId var = emit(e, n, "reduce_mean", {sq}, mean_attrs, {}, base + ".variance");
+    const std::string eps_name = base + ".epsilon";
+    e.consts[eps_name] = std::make_shared<const Tensor>(Tensor{onnx::kFloat, {1}, {attr_float(n, "epsilon", 1e-5f)}, {}});
+    const ValueId eps = weight_value(e, eps_name, e.g.value(var).proto.dtype, node_ctx(n).location);
+    const ValueId sum = emit(e, n, "binary", {var, eps}, fn_attr("add"), {}, base + ".variance_eps");
+    const ValueId root = emit(e, n, "unary", {sum}, fn_attr("sqrt"), {}, base + ".stddev");
+    const ValueId inv = emit(e, n, "unary", {root}, fn_attr("reciprocal"), {}, base + ".inv_stddev");
+    e.runtime[n.outputs[2]] = reshape_to(e, n, inv, stat_dims, n.outputs[2]);
+  }
+
+  void emit_gemm(Env& e, const onnx::Node& n) {
+    const bool trans_a = attr_int(n, "transA", 0) != 0, trans_b = attr_int(n, "transB", 0) != 0;
+    const float alpha = attr_float(n, "alpha", 1.0f), beta = attr_float(n, "beta", 1.0f);
+    const std::string out = n.outputs[0];
+    const bool b_const = e.consts.count(n.inputs[1]) != 0;
+    const bool c_given = n.inputs.size() > 2 && !n.inputs[2].empty();
+    ValueId a = operand(e, n.inputs[0], DType::fp32, n);
+    const DType dtype = e.g.value(a).proto.dtype;
+    if (trans_a) {
+      Attributes t;
+      t.values["perm"] = std::vector<int64_t>{1, 0};
+      a = emit(e, n, "transpose", {a}, t, {}, out + ".a_t");
+    }
+    if (b_const) {
+      const Tensor& b = *e.consts.at(n.inputs[1]);
+      TEC_USER_CHECK(b.dims.size() == 2 && b.is_float(), node_ctx(n)) << "B must be a 2-D float matrix";
+      // Linear weight [N, K]: B^T, or B itself when transB.
+      std::vector<float> w = trans_b ? b.floats : transposed(b);
+      const int64_t n_out = trans_b ? b.dims[0] : b.dims[1], k = trans_b ? b.dims[1] : b.dims[0];
+      for (float& v : w) v *= alpha;
+      std::optional<std::vector<float>> bias;
+      bool c_done = !c_given || beta == 0.0f;
+      if (c_given && !c_done && e.consts.count(n.inputs[2])) {
+        const Tensor& c = *e.consts.at(n.inputs[2]);
+        if (c.numel() == 1 || (c.numel() == n_out && c.dims.back() == n_out)) {
+          bias = std::vector<float>(static_cast<size_t>(n_out));
+          for (int64_t j = 0; j < n_out; ++j) (*bias)[static_cast<size_t>(j)] = beta * c.floats[c.numel() == 1 ? 0 : static_cast<size_t>(j)];
+          c_done = true;
+        }
+      }
+      ValueId y = emit_linear(e, n, a, std::move(w), n_out, k, bias ? &*bias : nullptr, c_done ? out : out + ".ab");
+      if (!c_done) y = add_c(e, n, y, dtype, beta, out);
+      e.runtime[out] = y;
+      return;
+    }
+    ValueId b = operand(e, n.inputs[1], dtype, n);
+    if (trans_b) {
+      Attributes t;
+      t.values["perm"] = std::vector<int64_t>{1, 0};
+      b = emit(e, n, "transpose", {b}, t, {}, out + ".b_t");
+    }
+    const bool last = !c_given || beta == 0.0f;
+    ValueId y = emit(e, n, "matmul", {a, b}, {}, {}, alpha == 1.0f && last ? out : out + ".ab");
+    if (alpha != 1.0f) {
+      Attributes s;
+      s.values["scale"] = static_cast<double>(alpha);
+      y = emit(e, n, "scale", {y}, s, {}, last ? out : out + ".alpha_ab");
+    }
+    if (!last) y = add_c(e, n, y, dtype, beta, out);
+    e.runtime[out] = y;
+  }
+
+  ValueId add_c(Env& e, const onnx::Node& n, ValueId y, DType dtype, float beta, const std::string& out) {
+    ValueId c = operand(e, n.inputs[2], dtype, n);
+    if (beta != 1.0f) {
+      Attributes s;
+      s.values["scale"] = static_cast<double>(beta);
+      c = emit(e, n, "scale", {c}, s, {}, out + ".beta_c");
+    }
+    return emit(e, n, "binary", {y, c}, fn_attr("add"), {}, out);
+  }
+
+  void emit_binary(Env& e, const onnx::Node& n, const std::string& fn) {
+    const std::string out = n.outputs[0];
+    const std::string &a_name = n.inputs[0], &b_name = n.inputs[1];
+    const bool a_const = e.consts.count(a_name) != 0, b_const = e.consts.count(b_name) != 0;
+    const ValueId any = runtime(e, a_const ? b_name : a_name, n);
+    const DType dtype = e.g.value(any).proto.dtype;
+    const Shape rs = e.g.value(any).proto.shape;
+    if ((fn == "add" || fn == "mul") && (a_const || b_const)) {
+      const Tensor& c = *e.consts.at(a_const ? a_name : b_name);
+      if (fn == "mul" && c.numel() == 1 && c.is_float()) {
+        Attributes s;
+        s.values["scale"] = static_cast<double>(c.floats[0]);
+        e.runtime[out] = emit(e, n, "scale", {any}, s, {}, out);
+        return;
+      }
+      const bool last_dim_vector = c.is_float() && rs.rank() >= 1 && c.numel() == rs.cols() && !c.dims.empty() &&
+                                   c.dims.back() == rs.cols() && c.dims.size() <= rs.rank();
+      if (fn == "add" && last_dim_vector) {
+        Attributes b;
+        b.values["features"] = rs.cols();
+        e.runtime[out] = emit(e, n, "bias", {any}, b, {c.floats}, out);
+        return;
+      }
+    }
+    if (fn == "add" && !a_const && !b_const) {
+      const TensorProto &pa = e.g.value(runtime(e, a_name, n)).proto, &pb = e.g.value(runtime(e, b_name, n)).proto;
+      if (pa.shape == pb.shape && pa.dtype == pb.dtype) {
+        e.runtime[out] = emit(e, n, "add", {runtime(e, a_name, n), runtime(e, b_name, n)}, {}, {}, out);
+        return;
+      }
+    }
+    e.runtime[out] = emit(e, n, "binary", {operand(e, a_name, dtype, n), operand(e, b_name, dtype, n)}, fn_attr(fn), {}, out);
+  }
+
+  // One ONNX node that no pattern took.
+  void emit_node(Env& e, const onnx::Node& n) {
+    const std::string& op = n.op_type;
+    const std::string out = n.outputs.empty() ? "" : n.outputs[0];
+    auto in0 = [&] { return runtime(e, n.inputs.at(0), n); };
+    auto shape0 = [&] { return e.g.value(in0()).proto.shape; };
+    static const std::map<std::string, std::string> binary = {{"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"},
+                                                              {"Div", "div"}, {"Pow", "pow"}};
+    static const std::map<std::string, std::string> unary = {{"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"},
+                                                             {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Neg", "neg"}};
+    if (auto it = binary.find(op); it != binary.end()) return emit_binary(e, n, it->second);
+    if (auto it = unary.find(op); it != unary.end()) {
+      e.runtime[out] = emit(e, n, "unary", {in0()}, fn_attr(it->second), {}, out);
+      return;
+    }
+    if (op == "Relu") {
+      e.runtime[out] = emit(e, n, "relu", {in0()}, {}, {}, out);
+      return;
+    }
+    if (op == "Gelu") {
+      const std::string approx = attr_string(n, "approximate", "none");
+      TEC_UNSUPPORTED_CHECK(approx == "none" || approx == "tanh", node_ctx(n)) << "approximate '" << approx << "'";
+      Attributes a;
+      a.values["approximate"] = approx;
+      e.runtime[out] = emit(e, n, "gelu", {in0()}, a, {}, out);
+      return;
+    }
+    if (op == "MatMul") {
+      const bool b_const = e.consts.count(n.inputs[1]) != 0;
+      if (b_const && !e.consts.count(n.inputs[0])) {
+        const Tensor& b = *e.consts.at(n.inputs[1]);
+        if (b.dims.size() == 2 && b.is_float() && shape0().rank() >= 2) {
+          e.runtime[out] = emit_linear(e, n, in0(), transposed(b), b.dims[1], b.dims[0], nullptr, out);
+          return;
+        }
+      }
+      const ValueId a = operand(e, n.inputs[0], DType::fp32, n);
+      const ValueId bv = operand(e, n.inputs[1], e.g.value(a).proto.dtype, n);
+      e.runtime[out] = emit(e, n, "matmul", {a, bv}, {}, {}, out);
+      return;
+    }
+    if (op == "Gemm") return emit_gemm(e, n);
+    if (op == "LayerNormalization" || op == "RMSNormalization") return emit_norm(e, n, op == "LayerNormalization");
+    if (op == "ReduceMean") {
+      std::vector<int64_t> axes;
+      if (auto a = attr_ints(n, "axes")) axes = *a;
+      else if (n.inputs.size() > 1 && !n.inputs[1].empty()) axes = as_ints(*e.consts.at(n.inputs[1]));
+      if (axes.empty() && attr_int(n, "noop_with_empty_axes", 0) != 0) {
+        e.runtime[out] = emit(e, n, "identity", {in0()}, {}, {}, out);
+        return;
+      }
+      Attributes a;
+      a.values["axes"] = axes;
+      a.values["keepdims"] = attr_int(n, "keepdims", 1) != 0;
+      e.runtime[out] = emit(e, n, "reduce_mean", {in0()}, a, {}, out);
+      return;
+    }
+    auto reshape_node = [&](std::vector<int64_t> dims) {
+      const ValueId x = in0();
+      Attributes a;
+      a.values["shape"] = dims.empty() ? std::vector<int64_t>{1} : dims;
+      TEC_UNSUPPORTED_CHECK(!dims.empty() || e.g.value(x).proto.shape.numel() == 1, node_ctx(n)) << "empty shape";
+      e.runtime[out] = emit(e, n, "reshape", {x}, a, {}, out);
+    };
+    if (op == "Reshape") {
+      auto dims = with_context(node_ctx(n), [&] {
+        return reshape_dims(shape0().dims, as_ints(*e.consts.at(n.inputs[1])), attr_int(n, "allowzero", 0) != 0);
+      });
+      TEC_UNSUPPORTED_CHECK(!dims.empty(), node_ctx(n)) << "reshaping to a scalar (rank 0) is not supported";
+      return reshape_node(dims);
+    }
+    if (op == "Flatten")
+      return reshape_node(with_context(node_ctx(n), [&] { return flatten_dims(shape0().dims, attr_int(n, "axis", 1)); }));
+    if (op == "Squeeze") {
+      std::optional<std::vector<int64_t>> axes;
+      if (n.inputs.size() > 1 && !n.inputs[1].empty()) axes = as_ints(*e.consts.at(n.inputs[1]));
+      auto dims = with_context(node_ctx(n), [&] { return squeeze_dims(shape0().dims, axes); });
+      TEC_UNSUPPORTED_CHECK(!dims.empty(), node_ctx(n)) << "squeezing to a scalar (rank 0) is not supported";
+      return reshape_node(dims);
+    }
+    if (op == "Unsqueeze")
+      return reshape_node(with_context(node_ctx(n), [&] { return unsqueeze_dims(shape0().dims, as_ints(*e.consts.at(n.inputs[1]))); }));
+    if (op == "Transpose") {
+      Attributes a;
+      if (auto perm = attr_ints(n, "perm")) a.values["perm"] = *perm;
+      e.runtime[out] = emit(e, n, "transpose", {in0()}, a, {}, out);
+      return;
+    }
+    if (op == "Identity") {
+      e.runtime[out] = emit(e, n, "identity", {in0()}, {}, {}, out);
+      return;
+    }
+    if (op == "Cast") {
+      const auto to = static_cast<int32_t>(attr_int(n, "to", 0));
+      auto dtype = tec_dtype(to);
+      TEC_UNSUPPORTED_CHECK(dtype.has_value(), node_ctx(n))
+          << "Cast to " << onnx::elem_type_name(to) << " at run time is not supported (FLOAT, FLOAT16, BFLOAT16 are)";
+      Attributes a;
+      a.values["dtype"] = std::string(to_string(*dtype));
+      e.runtime[out] = emit(e, n, "cast", {in0()}, a, {}, out);
+      return;
+    }
+    TEC_UNSUPPORTED(node_ctx(n)) << op << " on run-time values is not supported";
+  }
+
+  Graph build(const std::map<std::string, int64_t>& profile) {
+    Env e;
+    e.g.name = m_.graph_name.empty() ? std::filesystem::path(m_.file).stem().string() : m_.graph_name;
+    e.g.source_file = m_.file;
+    e.g.mode = opt_.mode;
+    e.g.target = opt_.target;
+    e.g.dims = profile;
+    e.g.recipe = Recipe::defaults(qdq_recipe_ ? *qdq_recipe_ : opt_.recipe ? *opt_.recipe : RecipeKind::bf16);
+    if (qdq_recipe_ && opt_.recipe && *opt_.recipe != *qdq_recipe_)
+      throw Error(ErrorKind::usage, file_ctx(),
+                  "the model's Q/DQ nodes choose the recipe " + std::string(to_string(*qdq_recipe_)) + ", --recipe asks for " +
+                      std::string(to_string(*opt_.recipe)) + "; drop --recipe or strip the Q/DQ nodes");
+    for (const auto& in : m_.inputs) {
+      Value v;
+      v.name = unique(e, in.name);
+      v.kind = ValueKind::input;
+      v.source = m_.file + " graph input '" + in.name + "'";
+      std::vector<int64_t> dims;
+      for (const auto& d : in.dims) dims.push_back(d.value >= 1 ? d.value : profile.at(d.param));
+      Shape s(dims);
+      with_context(ErrorContext{"onnx", in.name, "", v.source}, [&] { (void)s.numel(); });
+      v.proto = TensorProto::dense(std::move(s), *tec_dtype(in.elem_type));
+      v.proto.requires_grad = opt_.mode == Mode::train;
+      const ValueId id = e.g.add_value(std::move(v));
+      e.runtime[in.name] = id;
+      e.g.inputs.push_back(id);
+    }
+    e.consts = known_;
+    ShapeOf shape_of = [&e](const std::string& v) -> std::optional<Shape> {
+      auto it = e.runtime.find(v);
+      if (it == e.runtime.end()) return std::nullopt;
+      return e.g.value(it->second).proto.shape;
+    };
+    became_.assign(m_.nodes.size(), "");
+    std::set<std::string> failed;  // values a failed node should have made
+    for (int i : order_) {
+      const onnx::Node& n = node(i);
+      const int gid = group_of_[static_cast<size_t>(i)];
+      bool blocked = false;
+      for (const auto& in : n.inputs) blocked = blocked || failed.count(in);
+      if (blocked) {
+        for (const auto& out : n.outputs) failed.insert(out);
+        continue;
+      }
+      try {
+        if (constant_node_[static_cast<size_t>(i)]) {
+          if (!e.consts.count(n.outputs.at(0))) {
+            auto outs = with_context(node_ctx(n), [&] { return fold(n, e.consts, shape_of); });
+            for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) e.consts[n.outputs[o]] = std::move(outs[o]);
+          }
+          became_[static_cast<size_t>(i)] = "folded into a constant";
+          continue;
+        }
+        if (gid >= 0) {
+          const Group& grp = groups_[static_cast<size_t>(gid)];
+          if (grp.root == i) emit_group(e, grp);
+          const int shown = grp.kind == Group::Kind::gated ? grp.members.back() : grp.root;
+          became_[static_cast<size_t>(i)] = grp.describe + " ('" + node(shown).name + "')";
+          continue;
+        }
+        const size_t before = e.g.nodes.size();
+        emit_node(e, n);
+        std::string ops;
+        for (size_t k = before; k < e.g.nodes.size(); ++k) ops += (ops.empty() ? "" : " + ") + e.g.nodes[k].op;
+        became_[static_cast<size_t>(i)] = ops.empty() ? "an alias" : ops + (qdq_gemms_.count(i) ? " (input quantized by its Q/DQ pair)" : "");
+      } catch (const Error& err) {
+        if (err.kind() != ErrorKind::unsupported && err.kind() != ErrorKind::invalid_input) throw;
+        problem(n, err.message());
+        for (const auto& out : n.outputs) failed.insert(out);
+      }
+    }
+    for (const auto& out : m_.outputs) {
+      if (failed.count(out.name)) continue;
+      auto it = e.runtime.find(out.name);
+      if (it == e.runtime.end()) {
+        const int p = producer_of(out.name);
+        if (p >= 0) problem(node(p), "graph output '" + out.name + "' is a constant; tec compiles run-time computations only");
+        else TEC_UNSUPPORTED(file_ctx()) << "graph output '" << out.name << "' is a constant";
+        continue;
+      }
+      ValueId id = it->second;
+      // An output must be made by a node of its own (an input or an alias is copied).
+      if (e.g.value(id).producer < 0 || e.g.value(id).name != out.name ||
+          std::count(e.g.outputs.begin(), e.g.outputs.end(), id)) {
+        const onnx::Node synthetic{.index = -1, .name = "output_" + out.name, .op_type = "Identity"};
+        const onnx::Node& src = producer_of(out.name) >= 0 ? node(producer_of(out.name)) : synthetic;
+        id = emit(e, src, "identity", {id}, {}, {}, out.name);
+      }
+      e.g.outputs.push_back(id);
+      if (out.elem_type > 0 && tec_dtype(out.elem_type) && *tec_dtype(out.elem_type) != e.g.value(id).proto.dtype)
+        problems_.push_back({-1, out.name, "output", "", "graph output '" + out.name + "' is declared " + onnx::elem_type_name(out.elem_type) + " but computes " +
+                    std::string(to_string(e.g.value(id).proto.dtype))});
+    }
+    throw_problems();
+    verify(e.g);
+    return std::move(e.g);
+  }
+
+  const onnx::Model& m_;
+  const FrontendOptions& opt_;
+  std::map<std::string, int> producer_;
+  std::map<std::string, std::vector<int>> consumers_;
+  std::set<std::string> outputs_;
+  std::vector<int> order_;
+  std::set<std::string> constant_values_;
+  std::vector<bool> constant_node_;
+  ConstMap known_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;
+  std::set<int> qdq_gemms_;
+  std::optional<RecipeKind> qdq_recipe_;
+  std::vector<Problem> problems_;
+  std::vector<std::string> became_;
+  std::map<std::string, int64_t> ranks_;
+};
+
+}  // namespace
+
+const std::vector<OnnxOpClaim>& onnx_op_claims() { return kClaims; }
+
+OnnxImport import_onnx(const onnx::Model& model, const FrontendOptions& options) { return Importer(model, options).run(); }
+
+OnnxImport load_onnx_graphs(const std::string& path, const FrontendOptions& options) {
+  return import_onnx(onnx::read_model_file(path), options);
+}
+
+}  // namespace tec

@@ -1,0 +1,226 @@
+// The ONNX frontend against hostile and broken models: each gets one clear error (never a
+// crash; CI runs this file under ASan/UBSan too), and a good model with its weights in an
+// external file next to it compiles. Models are built with ONNX's protobuf classes.
+#include <doctest/doctest.h>
+#include <onnx/onnx_pb.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "frontend/onnx/onnx_import.h"
+#include "passes/passes.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// x[2, 8] -> MatMul(W[8, 4]) -> Relu -> y: a valid model to break one thing at a time.
+::onnx::ModelProto valid_model() {
+  ::onnx::ModelProto m;
+  m.set_ir_version(10);
+  m.add_opset_import()->set_version(21);
+  auto* g = m.mutable_graph();
+  g->set_name("small");
+  auto value = [](::onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value(g->add_input(), "x", {2, 8});
+  value(g->add_output(), "y", {2, 4});
+  auto* w = g->add_initializer();
+  w->set_name("w");
+  w->set_data_type(::onnx::TensorProto::FLOAT);
+  w->add_dims(8);
+  w->add_dims(4);
+  for (int i = 0; i < 32; ++i) w->add_float_data(0.1f * static_cast<float>(i % 7) - 0.3f);
+  auto* mm = g->add_node();
+  mm->set_name("fc");
+  mm->set_op_type("MatMul");
+  mm->add_input("x");
+  mm->add_input("w");
+  mm->add_output("h");
+  auto* relu = g->add_node();
+  relu->set_name("act");
+  relu->set_op_type("Relu");
+  relu->add_input("h");
+  relu->add_output("y");
+  return m;
+}
+
+std::string bytes_of(const ::onnx::ModelProto& m) { return m.SerializeAsString(); }
+
+OnnxImport import_bytes(const std::string& bytes, const std::string& base_dir = ".") {
+  return import_onnx(onnx::parse_model(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "model.onnx", base_dir),
+                     FrontendOptions{});
+}
+
+void expect_error(const std::string& bytes, ErrorKind kind, const std::string& message, const std::string& base_dir = ".") {
+  const Error e = test::error_of([&] { (void)import_bytes(bytes, base_dir); });
+  CHECK_MESSAGE(e.kind() == kind, e.what());
+  CHECK_MESSAGE(std::string(e.what()).find(message) != std::string::npos, "expected '" << message << "' in: " << e.what());
+}
+
+}  // namespace
+
+TEST_CASE("a valid ONNX model becomes a linear and a relu, and compiles through meta") {
+  OnnxImport imported = import_bytes(bytes_of(valid_model()));
+  REQUIRE(imported.graphs.size() == 1);
+  Graph g = usage(meta(apply_recipe(std::move(imported.graphs[0]))));
+  CHECK(test::node_named(g, "fc").op == "linear");
+  CHECK(test::node_named(g, "act").op == "relu");
+  CHECK(imported.nodes.at(0).became == "linear");
+}
+
+TEST_CASE("a truncated ONNX file is rejected, wherever it is cut") {
+  const std::string bytes = bytes_of(valid_model());
+  int rejected = 0;
+  for (size_t cut = 0; cut < bytes.size(); ++cut) {
+    try {
+      (void)import_bytes(bytes.substr(0, cut));
+    } catch (const Error& e) {
+      CHECK_MESSAGE((e.kind() == ErrorKind::invalid_input || e.kind() == ErrorKind::unsupported), e.what());
+      ++rejected;
+    }
+  }
+  CHECK(rejected == static_cast<int>(bytes.size()));  // no prefix is a whole valid model
+}
+
+TEST_CASE("random bytes are not an ONNX model") {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::string bytes(static_cast<size_t>(rng() % 4096), '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    const Error e = test::error_of([&] { (void)import_bytes(bytes); });
+    CHECK_MESSAGE((e.kind() == ErrorKind::invalid_input || e.kind() == ErrorKind::unsupported), e.what());
+  }
+}
+
+TEST_CASE("a graph with a cycle is named as one") {
+  auto m = valid_model();
+  m.mutable_graph()->mutable_node(0)->set_input(0, "y");  // fc reads act's output, act reads fc's
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "cycle");
+}
+
+TEST_CASE("an output name that no node produces") {
+  auto m = valid_model();
+  m.mutable_graph()->mutable_output(0)->set_name("nowhere");
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "graph output 'nowhere' is never produced");
+}
+
+TEST_CASE("dims of -5 and 2^40 are rejected with the input's name") {
+  for (int64_t dim : {int64_t{-5}, int64_t{1} << 40}) {
+    auto m = valid_model();
+    m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_value(dim);
+    expect_error(bytes_of(m), ErrorKind::invalid_input, "dim " + std::to_string(dim) + " is outside");
+  }
+  auto m = valid_model();
+  m.mutable_graph()->mutable_initializer(0)->set_dims(0, int64_t{1} << 40);
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "initializer 'w'");
+}
+
+TEST_CASE("an initializer whose raw_data does not match its dims") {
+  auto m = valid_model();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_raw_data(std::string(31 * 4, '\0'));  // 31 floats for dims [8, 4]
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "raw_data holds 124 bytes");
+}
+
+TEST_CASE("external data must stay inside the model's folder") {
+  const fs::path dir = fs::temp_directory_path() / ("tec_onnx_external_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "model");
+  auto with_location = [](const std::string& location) {
+    auto m = valid_model();
+    auto* w = m.mutable_graph()->mutable_initializer(0);
+    w->clear_float_data();
+    w->set_data_location(::onnx::TensorProto::EXTERNAL);
+    auto* kv = w->add_external_data();
+    kv->set_key("location");
+    kv->set_value(location);
+    return bytes_of(m);
+  };
+  const std::string base = (dir / "model").string();
+  expect_error(with_location("../../etc/passwd"), ErrorKind::invalid_input, "may not contain '..'", base);
+  expect_error(with_location("/etc/passwd"), ErrorKind::invalid_input, "must be a path relative", base);
+  std::error_code ec;
+  fs::create_symlink("/etc", dir / "model" / "escape", ec);
+  if (!ec) expect_error(with_location("escape/passwd"), ErrorKind::invalid_input, "outside the model's folder", base);
+  expect_error(with_location("missing.bin"), ErrorKind::invalid_input, "does not exist", base);
+
+  // The same weights in a file beside the model load, and past-the-end offsets do not.
+  {
+    std::ofstream data(dir / "model" / "weights.bin", std::ios::binary);
+    for (int i = 0; i < 32; ++i) {
+      const float v = 0.01f * static_cast<float>(i);
+      data.write(reinterpret_cast<const char*>(&v), 4);
+    }
+  }
+  CHECK_NOTHROW((void)import_bytes(with_location("weights.bin"), base));
+  auto m = valid_model();
+  auto* w = m.mutable_graph()->mutable_initializer(0);
+  w->clear_float_data();
+  w->set_data_location(::onnx::TensorProto::EXTERNAL);
+  for (auto [k, v] : {std::pair{"location", "weights.bin"}, std::pair{"offset", "64"}}) {
+    auto* kv = w->add_external_data();
+    kv->set_key(k);
+    kv->set_value(v);
+  }
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "past the end", base);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("an opset from the future is refused, naming the range tec knows") {
+  auto m = valid_model();
+  m.mutable_opset_import(0)->set_version(99);
+  expect_error(bytes_of(m), ErrorKind::unsupported, "opset 99 is newer than tec knows");
+}
+
+TEST_CASE("every unsupported node is listed in one error") {
+  auto m = valid_model();
+  auto* g = m.mutable_graph();
+  g->mutable_node(1)->set_op_type("Softmax");
+  auto* conv = g->add_node();
+  conv->set_name("odd");
+  conv->set_op_type("Conv");
+  conv->add_input("x");
+  conv->add_output("z");
+  auto* custom = g->add_node();
+  custom->set_name("vendor");
+  custom->set_op_type("FusedThing");
+  custom->set_domain("com.example");
+  custom->add_input("x");
+  custom->add_output("q");
+  const Error e = test::error_of([&] { (void)import_bytes(bytes_of(m)); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  const std::string what = e.what();
+  CHECK(what.find("3 node(s) tec cannot compile") != std::string::npos);
+  CHECK(what.find("node 'act' (Softmax, opset 21): op Softmax is not supported") != std::string::npos);
+  CHECK(what.find("node 'odd' (Conv") != std::string::npos);
+  CHECK(what.find("domain 'com.example' is not supported") != std::string::npos);
+}
+
+TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
+  auto m = valid_model();
+  auto* dim = m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0);
+  dim->clear_dim_value();
+  dim->set_dim_param("tokens");
+  expect_error(bytes_of(m), ErrorKind::invalid_input, "--shape tokens=N");
+  const std::string bytes = bytes_of(m);
+  FrontendOptions options;
+  options.dim_overrides["tokens"] = {16, 32};
+  const auto model = onnx::parse_model(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), "model.onnx", ".");
+  const OnnxImport two = import_onnx(model, options);
+  REQUIRE(two.graphs.size() == 2);
+  CHECK(two.graphs[1].value(two.graphs[1].inputs[0]).proto.shape == Shape{32, 8});
+  options.dim_overrides["seq"] = {4};
+  const Error e = test::error_of([&] { (void)import_onnx(model, options); });
+  CHECK(std::string(e.what()).find("no symbolic dim 'seq'") != std::string::npos);
+}
+
+}  // namespace tec
