@@ -29,9 +29,9 @@ fi
 # Python tools used by tests (test vectors, ONNX models). Debian's python3-onnx is too old
 # for FP8, so these come from PyPI. A pyenv/venv python takes them directly; Debian's system
 # python needs --break-system-packages (PEP 668).
-python_tools=(numpy ml_dtypes jsonschema)
+python_tools=(numpy ml_dtypes jsonschema onnx onnxruntime)
 python_bin=${PYTHON:-python3}
-if ! "$python_bin" -c "import numpy, ml_dtypes, jsonschema" 2>/dev/null; then
+if ! "$python_bin" -c "import numpy, ml_dtypes, jsonschema, onnx, onnxruntime" 2>/dev/null; then
   echo "install-deps: installing Python tools: ${python_tools[*]}"
   pip_flags=(--quiet --disable-pip-version-check)
   if "$python_bin" -c 'import sys; sys.exit(0 if sys.prefix == sys.base_prefix and sys.prefix.startswith("/usr") else 1)'; then
