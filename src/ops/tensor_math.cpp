@@ -195,8 +195,7 @@ std::vector<size_t> permutation(const Attributes& attrs, size_t rank, const Erro
   if (perm.empty())
     for (size_t d = rank; d-- > 0;) perm.push_back(static_cast<int64_t>(d));
   TEC_USER_CHECK(perm.size() == rank, ctx) << "perm has " << perm.size() << " entries for a rank-" << rank << " tensor";
-  auto axes = normalized_axes(perm, rank, ctx, "transpose");
-  (void)axes;  // checks range and repeats
+  (void)normalized_axes(perm, rank, ctx, "transpose");  // range and repeats
   std::vector<size_t> out;
   for (int64_t p : perm) out.push_back(static_cast<size_t>(p < 0 ? p + static_cast<int64_t>(rank) : p));
   return out;

@@ -3,20 +3,31 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <memory>
 #include <set>
 
+#include "frontend/onnx/onnx_fold.h"
 #include "ops/common.h"
-#include "reference/convert.h"
-#include "reference/quantize.h"
 
 namespace tec {
 
 namespace {
 
+using onnx::ConstMap;
+using onnx::ShapeOf;
 using onnx::Tensor;
-using TensorPtr = std::shared_ptr<const Tensor>;
+using onnx::TensorPtr;
+using onnx::as_ints;
+using onnx::attr_float;
+using onnx::attr_int;
+using onnx::attr_ints;
+using onnx::attr_string;
+using onnx::axis_of;
+using onnx::flatten_dims;
+using onnx::reshape_dims;
+using onnx::squeeze_dims;
+using onnx::tec_dtype;
+using onnx::unsqueeze_dims;
 
 const std::vector<OnnxOpClaim> kClaims = {
     {"MatMul", 13, {}, "float tensors; a constant 2-D B becomes a TE linear (GPU), anything else a general matmul (CPU reference)"},
@@ -63,15 +74,6 @@ const OnnxOpClaim* find_claim(const std::string& op) {
 }
 
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); }
-
-std::optional<DType> tec_dtype(int32_t elem_type) {
-  switch (elem_type) {
-    case onnx::kFloat: return DType::fp32;
-    case onnx::kFloat16: return DType::fp16;
-    case onnx::kBfloat16: return DType::bf16;
-    default: return std::nullopt;
-  }
-}
 
 // A collected problem: one line of the final error.
 struct Problem {
@@ -240,15 +242,6 @@ class Importer {
 
   // ---- constants -------------------------------------------------------------------------
 
-  static bool foldable(const std::string& op) {
-    static const std::set<std::string> ops = {"Constant", "Identity", "Shape",     "Gather",  "Concat", "Unsqueeze",
-                                              "Squeeze",  "Reshape",  "Flatten",   "Cast",    "Add",    "Sub",
-                                              "Mul",      "Div",      "Pow",       "Sqrt",    "Neg",    "Reciprocal",
-                                              "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf",
-                                              "DequantizeLinear",     "QuantizeLinear"};
-    return ops.count(op) != 0;
-  }
-
   bool is_constant(const std::string& v) const { return v.empty() || constant_values_.count(v) != 0; }
 
   // Which values are constant: initializers, and the outputs of foldable nodes whose inputs
@@ -258,7 +251,7 @@ class Importer {
     constant_node_.assign(m_.nodes.size(), false);
     for (int i : order_) {
       const onnx::Node& n = node(i);
-      if (!n.domain.empty() || !foldable(n.op_type)) continue;
+      if (!n.domain.empty() || !onnx::foldable(n.op_type)) continue;
       bool all = n.op_type == "Shape";
       if (!all) {
         all = true;
@@ -293,7 +286,7 @@ class Importer {
       bool inputs_known = true;
       for (const auto& in : n.inputs) inputs_known = inputs_known && (in.empty() || known_.count(in));
       if (!inputs_known) continue;
-      auto outs = with_context(node_ctx(n), [&] { return fold(n, known_, nullptr); });
+      auto outs = with_context(node_ctx(n), [&] { return onnx::fold(n, known_, nullptr); });
       for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) known_[n.outputs[o]] = std::move(outs[o]);
     }
   }
@@ -302,393 +295,6 @@ class Importer {
     auto it = known_.find(v);
     if (it == known_.end() || it->second->numel() != 1) return std::nullopt;
     return it->second->at(0);
-  }
-
-  // ---- constant folding ------------------------------------------------------------------
-
-  using ConstMap = std::map<std::string, TensorPtr>;
-  using ShapeOf = std::function<std::optional<Shape>(const std::string&)>;
-
-  static Tensor ints_tensor(std::vector<int64_t> values, std::vector<int64_t> dims) {
-    Tensor t;
-    t.elem_type = onnx::kInt64;
-    t.ints = std::move(values);
-    t.dims = std::move(dims);
-    return t;
-  }
-
-  static std::vector<int64_t> as_ints(const Tensor& t) {
-    if (!t.is_float()) return t.ints;
-    std::vector<int64_t> out;
-    for (float f : t.floats) out.push_back(static_cast<int64_t>(f));
-    return out;
-  }
-
-  static int64_t axis_of(int64_t axis, size_t rank, const char* what) {
-    const auto r = static_cast<int64_t>(rank);
-    TEC_USER_CHECK(axis >= -r && axis < r, {}) << what << " " << axis << " is out of range for rank " << rank;
-    return axis < 0 ? axis + r : axis;
-  }
-
-  static int64_t attr_int(const onnx::Node& n, const std::string& name, int64_t fallback) {
-    auto it = n.attrs.find(name);
-    return it == n.attrs.end() ? fallback : it->second.i;
-  }
-  static std::optional<std::vector<int64_t>> attr_ints(const onnx::Node& n, const std::string& name) {
-    auto it = n.attrs.find(name);
-    if (it == n.attrs.end()) return std::nullopt;
-    return it->second.ints;
-  }
-  static std::string attr_string(const onnx::Node& n, const std::string& name, const std::string& fallback) {
-    auto it = n.attrs.find(name);
-    return it == n.attrs.end() ? fallback : it->second.s;
-  }
-  static float attr_float(const onnx::Node& n, const std::string& name, float fallback) {
-    auto it = n.attrs.find(name);
-    return it == n.attrs.end() ? fallback : it->second.f;
-  }
-
-  // The dims a Reshape produces (0 copies the input dim unless allowzero, one -1 inferred).
-  static std::vector<int64_t> reshape_dims(const std::vector<int64_t>& in, std::vector<int64_t> shape, bool allowzero) {
-    int64_t known = 1, infer = -1, numel = 1;
-    for (int64_t d : in) numel *= d;
-    for (size_t i = 0; i < shape.size(); ++i) {
-      if (shape[i] == 0 && !allowzero) {
-        TEC_USER_CHECK(i < in.size(), {}) << "Reshape copies dim " << i << " (0) of a rank-" << in.size() << " input";
-        shape[i] = in[i];
-      }
-      if (shape[i] == -1) {
-        TEC_USER_CHECK(infer < 0, {}) << "Reshape shape holds two -1";
-        infer = static_cast<int64_t>(i);
-        continue;
-      }
-      TEC_USER_CHECK(shape[i] >= 0 && shape[i] <= kMaxDim, {}) << "Reshape dim " << shape[i] << " is invalid";
-      TEC_USER_CHECK(shape[i] == 0 || known <= kMaxElements / shape[i], {}) << "Reshape shape is too large";
-      known *= shape[i];
-    }
-    if (infer >= 0) {
-      TEC_USER_CHECK(known > 0 && numel % known == 0, {}) << "cannot infer the -1 of Reshape " << Shape(shape).str()
-                                                          << " for " << numel << " elements";
-      shape[static_cast<size_t>(infer)] = numel / known;
-    }
-    int64_t out = 1;
-    for (int64_t d : shape) out *= d;
-    TEC_USER_CHECK(out == numel, {}) << "cannot reshape " << Shape(in).str() << " into " << Shape(shape).str();
-    return shape;
-  }
-
-  static std::vector<int64_t> squeeze_dims(const std::vector<int64_t>& in, const std::optional<std::vector<int64_t>>& axes) {
-    std::vector<int64_t> out;
-    std::set<int64_t> drop;
-    if (axes)
-      for (int64_t a : *axes) {
-        const int64_t ax = axis_of(a, in.size(), "Squeeze axis");
-        TEC_USER_CHECK(in[static_cast<size_t>(ax)] == 1, {}) << "Squeeze axis " << a << " has size " << in[static_cast<size_t>(ax)];
-        drop.insert(ax);
-      }
-    for (size_t i = 0; i < in.size(); ++i)
-      if (axes ? !drop.count(static_cast<int64_t>(i)) : in[i] != 1) out.push_back(in[i]);
-    return out;
-  }
-
-  static std::vector<int64_t> unsqueeze_dims(const std::vector<int64_t>& in, const std::vector<int64_t>& axes) {
-    const size_t rank = in.size() + axes.size();
-    TEC_USER_CHECK(rank <= onnx::kMaxRank, {}) << "Unsqueeze makes rank " << rank;
-    std::set<int64_t> add;
-    for (int64_t a : axes) TEC_USER_CHECK(add.insert(axis_of(a, rank, "Unsqueeze axis")).second, {}) << "Unsqueeze axes repeat";
-    std::vector<int64_t> out;
-    size_t next = 0;
-    for (size_t i = 0; i < rank; ++i) out.push_back(add.count(static_cast<int64_t>(i)) ? 1 : in.at(next++));
-    return out;
-  }
-
-  static std::vector<int64_t> flatten_dims(const std::vector<int64_t>& in, int64_t axis) {
-    const int64_t a = axis < 0 ? axis + static_cast<int64_t>(in.size()) : axis;
-    TEC_USER_CHECK(a >= 0 && a <= static_cast<int64_t>(in.size()), {}) << "Flatten axis " << axis << " is out of range";
-    int64_t outer = 1, inner = 1;
-    for (size_t i = 0; i < in.size(); ++i) (static_cast<int64_t>(i) < a ? outer : inner) *= in[i];
-    return {outer, inner};
-  }
-
-  // The dims of a runtime or constant value's tensor.
-  std::vector<int64_t> dims_of(const std::string& v, const ConstMap& consts, const ShapeOf& shape_of) const {
-    if (auto it = consts.find(v); it != consts.end()) return it->second->dims;
-    auto s = shape_of ? shape_of(v) : std::nullopt;
-    TEC_INTERNAL_CHECK(s.has_value(), {}) << "no shape for '" << v << "'";
-    return s->dims;
-  }
-
-  // Runs a float elementwise op through its OpDef's reference (one definition of the math).
-  static Tensor via_reference(const std::string& op, Attributes attrs, const std::vector<const Tensor*>& in) {
-    std::vector<HostTensor> host;
-    for (const Tensor* t : in) {
-      HostTensor h{Shape(t->dims), t->is_float() ? t->floats : std::vector<float>()};
-      if (!t->is_float())
-        for (int64_t v : t->ints) h.values.push_back(static_cast<float>(v));
-      host.push_back(std::move(h));
-    }
-    auto out = builtin_ops().get(op).reference(attrs, host);
-    Tensor t;
-    t.elem_type = onnx::kFloat;
-    t.dims = out[0].shape.dims;
-    t.floats = std::move(out[0].values);
-    return t;
-  }
-
-  static Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
-    auto shape = broadcast_shape(Shape(a.dims), Shape(b.dims));
-    TEC_USER_CHECK(shape.has_value(), {}) << "shapes " << Shape(a.dims).str() << " and " << Shape(b.dims).str()
-                                          << " do not broadcast";
-    const auto ia = broadcast_index(Shape(a.dims), *shape), ib = broadcast_index(Shape(b.dims), *shape);
-    Tensor t = ints_tensor({}, shape->dims);
-    t.elem_type = a.elem_type;
-    for (size_t e = 0; e < ia.size(); ++e) {
-      const int64_t x = a.ints[ia[e]], y = b.ints[ib[e]];
-      if (fn == "add") t.ints.push_back(x + y);
-      else if (fn == "sub") t.ints.push_back(x - y);
-      else if (fn == "mul") t.ints.push_back(x * y);
-      else {
-        TEC_USER_CHECK(y != 0, {}) << "integer division by zero in a constant";
-        t.ints.push_back(x / y);
-      }
-    }
-    return t;
-  }
-
-  // (De)quantization of a constant: the scale index of every element (scalar, per axis, or
-  // blocked along the axis).
-  static std::vector<size_t> scale_index(const onnx::Node& n, const Tensor& x, const Tensor& scale) {
-    std::vector<size_t> idx(static_cast<size_t>(x.numel()), 0);
-    if (scale.numel() == 1) return idx;
-    const int64_t axis = axis_of(attr_int(n, "axis", 1), x.dims.size(), "axis");
-    const int64_t block = attr_int(n, "block_size", 0);
-    std::vector<int64_t> sdims = x.dims;
-    if (block > 0) {
-      sdims[static_cast<size_t>(axis)] = ceil_div(x.dims[static_cast<size_t>(axis)], block);
-      TEC_USER_CHECK(scale.dims == sdims, {}) << "blocked scale has dims " << Shape(scale.dims).str() << ", expected "
-                                              << Shape(sdims).str();
-    } else {
-      TEC_USER_CHECK(scale.dims.size() == 1 && scale.dims[0] == x.dims[static_cast<size_t>(axis)], {})
-          << "per-axis scale has dims " << Shape(scale.dims).str() << " for axis " << axis << " of " << Shape(x.dims).str();
-    }
-    const auto strides = Shape(x.dims).contiguous_strides();
-    for (size_t e = 0; e < idx.size(); ++e) {
-      const int64_t coord = (static_cast<int64_t>(e) / strides[static_cast<size_t>(axis)]) % x.dims[static_cast<size_t>(axis)];
-      if (block <= 0) {
-        idx[e] = static_cast<size_t>(coord);
-        continue;
-      }
-      // Same coordinates with the axis divided by the block, in the scale's strides.
-      const auto sstrides = Shape(sdims).contiguous_strides();
-      int64_t off = 0, rest = static_cast<int64_t>(e);
-      for (size_t d = 0; d < x.dims.size(); ++d) {
-        int64_t c = rest / strides[d];
-        rest %= strides[d];
-        if (static_cast<int64_t>(d) == axis) c /= block;
-        off += c * sstrides[d];
-      }
-      idx[e] = static_cast<size_t>(off);
-    }
-    return idx;
-  }
-
-  static Tensor dequantize_constant(const onnx::Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
-    TEC_USER_CHECK(scale.is_float(), {}) << "DequantizeLinear scale must be a float tensor";
-    const auto idx = scale_index(n, x, scale);
-    Tensor t;
-    t.elem_type = scale.elem_type == onnx::kFloat8E8M0 ? onnx::kFloat : scale.elem_type;
-    t.dims = x.dims;
-    for (size_t e = 0; e < idx.size(); ++e) {
-      const double q = x.at(e) - (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
-      t.floats.push_back(static_cast<float>(q * scale.floats[idx[e]]));
-    }
-    if (t.elem_type != onnx::kFloat && tec_dtype(t.elem_type)) reference::round_to(*tec_dtype(t.elem_type), t.floats);
-    return t;
-  }
-
-  static Tensor quantize_constant(const onnx::Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
-    int32_t out_type = zp ? zp->elem_type : static_cast<int32_t>(attr_int(n, "output_dtype", onnx::kUint8));
-    if (out_type == 0) out_type = onnx::kUint8;
-    const auto idx = scale_index(n, x, scale);
-    Tensor t;
-    t.elem_type = out_type;
-    t.dims = x.dims;
-    for (size_t e = 0; e < idx.size(); ++e) {
-      const float v = x.floats[e] / scale.floats[idx[e]];
-      switch (out_type) {
-        case onnx::kFloat8E4M3FN: t.floats.push_back(reference::e4m3_to_float(reference::float_to_e4m3(v))); break;
-        case onnx::kFloat8E5M2: t.floats.push_back(reference::e5m2_to_float(reference::float_to_e5m2(v))); break;
-        case onnx::kInt8:
-        case onnx::kUint8: {
-          const double lo = out_type == onnx::kInt8 ? -128 : 0, hi = out_type == onnx::kInt8 ? 127 : 255;
-          const double q = std::nearbyint(v) + (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
-          t.ints.push_back(static_cast<int64_t>(std::clamp(q, lo, hi)));
-          break;
-        }
-        default: TEC_UNSUPPORTED(ErrorContext{}) << "QuantizeLinear to " << onnx::elem_type_name(out_type) << " is not supported";
-      }
-    }
-    return t;
-  }
-
-  // Folds one constant node. `shape_of` gives run-time values' shapes (Shape nodes).
-  std::vector<TensorPtr> fold(const onnx::Node& n, const ConstMap& consts, const ShapeOf& shape_of) const {
-    auto in = [&](size_t i) -> const Tensor* {
-      if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
-      auto it = consts.find(n.inputs[i]);
-      return it == consts.end() ? nullptr : it->second.get();
-    };
-    auto one = [](Tensor t) { return std::vector<TensorPtr>{std::make_shared<const Tensor>(std::move(t))}; };
-    auto require = [&](size_t i) -> const Tensor& {
-      const Tensor* t = in(i);
-      TEC_USER_CHECK(t != nullptr, {}) << "input " << i << " is missing";
-      return *t;
-    };
-    const std::string& op = n.op_type;
-    if (op == "Constant") {
-      TEC_USER_CHECK(n.attrs.size() == 1, {}) << "Constant needs exactly one value attribute";
-      const auto& [name, a] = *n.attrs.begin();
-      if (name == "value" && a.t) return one(*a.t);
-      if (name == "value_float") return one(Tensor{onnx::kFloat, {}, {a.f}, {}});
-      if (name == "value_floats") return one(Tensor{onnx::kFloat, {static_cast<int64_t>(a.floats.size())}, a.floats, {}});
-      if (name == "value_int") return one(ints_tensor({a.i}, {}));
-      if (name == "value_ints") return one(ints_tensor(a.ints, {static_cast<int64_t>(a.ints.size())}));
-      TEC_UNSUPPORTED(ErrorContext{}) << "Constant with attribute '" << name << "' is not supported";
-    }
-    if (op == "Identity") return one(require(0));
-    if (op == "Shape") {
-      const std::vector<int64_t> dims = dims_of(n.inputs.at(0), consts, shape_of);
-      const auto r = static_cast<int64_t>(dims.size());
-      auto clamp_axis = [r](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t{0}, r); };
-      const int64_t start = clamp_axis(attr_int(n, "start", 0)), end = clamp_axis(attr_int(n, "end", r));
-      std::vector<int64_t> out;
-      for (int64_t i = start; i < end; ++i) out.push_back(dims[static_cast<size_t>(i)]);
-      const auto count = static_cast<int64_t>(out.size());
-      return one(ints_tensor(std::move(out), {count}));
-    }
-    if (op == "Gather") {
-      const Tensor& data = require(0);
-      const std::vector<int64_t> indices = as_ints(require(1));
-      TEC_USER_CHECK(!data.dims.empty(), {}) << "Gather of a scalar";
-      const int64_t axis = axis_of(attr_int(n, "axis", 0), data.dims.size(), "Gather axis");
-      const int64_t extent = data.dims[static_cast<size_t>(axis)];
-      int64_t outer = 1, inner = 1;
-      for (size_t d = 0; d < data.dims.size(); ++d)
-        if (static_cast<int64_t>(d) < axis) outer *= data.dims[d];
-        else if (static_cast<int64_t>(d) > axis) inner *= data.dims[d];
-      Tensor t;
-      t.elem_type = data.elem_type;
-      t.dims.assign(data.dims.begin(), data.dims.begin() + axis);
-      const Tensor& idx_t = require(1);
-      t.dims.insert(t.dims.end(), idx_t.dims.begin(), idx_t.dims.end());
-      t.dims.insert(t.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
-      for (int64_t o = 0; o < outer; ++o)
-        for (int64_t raw : indices) {
-          const int64_t i = raw < 0 ? raw + extent : raw;
-          TEC_USER_CHECK(i >= 0 && i < extent, {}) << "Gather index " << raw << " is out of range for dim " << extent;
-          for (int64_t k = 0; k < inner; ++k) {
-            const auto src = static_cast<size_t>((o * extent + i) * inner + k);
-            if (data.is_float()) t.floats.push_back(data.floats[src]);
-            else t.ints.push_back(data.ints[src]);
-          }
-        }
-      return one(std::move(t));
-    }
-    if (op == "Concat") {
-      const Tensor& first = require(0);
-      const int64_t axis = axis_of(attr_int(n, "axis", 0), first.dims.size(), "Concat axis");
-      Tensor t;
-      t.elem_type = first.elem_type;
-      t.dims = first.dims;
-      t.dims[static_cast<size_t>(axis)] = 0;
-      int64_t outer = 1;
-      for (int64_t d = 0; d < axis; ++d) outer *= first.dims[static_cast<size_t>(d)];
-      std::vector<const Tensor*> parts;
-      for (size_t i = 0; i < n.inputs.size(); ++i) {
-        const Tensor& p = require(i);
-        TEC_USER_CHECK(p.dims.size() == first.dims.size() && p.is_float() == first.is_float(), {})
-            << "Concat inputs differ in rank or type";
-        for (size_t d = 0; d < p.dims.size(); ++d)
-          TEC_USER_CHECK(static_cast<int64_t>(d) == axis || p.dims[d] == first.dims[d], {}) << "Concat inputs differ in dim " << d;
-        t.dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
-        parts.push_back(&p);
-      }
-      for (int64_t o = 0; o < outer; ++o)
-        for (const Tensor* p : parts) {
-          const int64_t chunk = p->numel() / std::max<int64_t>(outer, 1);
-          for (int64_t k = 0; k < chunk; ++k) {
-            const auto src = static_cast<size_t>(o * chunk + k);
-            if (p->is_float()) t.floats.push_back(p->floats[src]);
-            else t.ints.push_back(p->ints[src]);
-          }
-        }
-      return one(std::move(t));
-    }
-    auto reshaped = [&](std::vector<int64_t> dims) {
-      Tensor t = require(0);
-      t.dims = std::move(dims);
-      return one(std::move(t));
-    };
-    if (op == "Reshape")
-      return reshaped(reshape_dims(require(0).dims, as_ints(require(1)), attr_int(n, "allowzero", 0) != 0));
-    if (op == "Flatten") return reshaped(flatten_dims(require(0).dims, attr_int(n, "axis", 1)));
-    if (op == "Squeeze")
-      return reshaped(squeeze_dims(require(0).dims, in(1) ? std::optional(as_ints(*in(1))) : std::nullopt));
-    if (op == "Unsqueeze") return reshaped(unsqueeze_dims(require(0).dims, as_ints(require(1))));
-    if (op == "Cast") {
-      const Tensor& x = require(0);
-      const auto to = static_cast<int32_t>(attr_int(n, "to", 0));
-      Tensor t;
-      t.elem_type = to;
-      t.dims = x.dims;
-      if (onnx::is_float_type(to)) {
-        for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) t.floats.push_back(static_cast<float>(x.at(i)));
-        if (to == onnx::kFloat16 || to == onnx::kBfloat16) reference::round_to(*tec_dtype(to), t.floats);
-        if (to == onnx::kFloat8E4M3FN)
-          for (float& f : t.floats) f = reference::e4m3_to_float(reference::float_to_e4m3(f));
-        if (to == onnx::kFloat8E5M2)
-          for (float& f : t.floats) f = reference::e5m2_to_float(reference::float_to_e5m2(f));
-      } else {
-        TEC_UNSUPPORTED_CHECK(to != onnx::kString, ErrorContext{}) << "Cast to STRING is not supported";
-        for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) {
-          const double v = x.at(i);
-          TEC_USER_CHECK(std::isfinite(v), {}) << "Cast of a non-finite value to an integer type";
-          t.ints.push_back(to == onnx::kBool ? v != 0 : static_cast<int64_t>(v));
-        }
-      }
-      return one(std::move(t));
-    }
-    static const std::map<std::string, std::string> binary = {{"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"},
-                                                              {"Div", "div"}, {"Pow", "pow"}};
-    if (auto it = binary.find(op); it != binary.end()) {
-      const Tensor &a = require(0), &b = require(1);
-      if (!a.is_float() && !b.is_float() && op != "Pow") return one(integer_binary(it->second, a, b));
-      Attributes attrs;
-      attrs.values["fn"] = it->second;
-      Tensor t = via_reference("binary", attrs, {&a, &b});
-      t.elem_type = a.is_float() ? a.elem_type : onnx::kFloat;
-      return one(std::move(t));
-    }
-    static const std::map<std::string, std::string> unary = {{"Sqrt", "sqrt"}, {"Neg", "neg"},   {"Reciprocal", "reciprocal"},
-                                                             {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"}};
-    if (auto it = unary.find(op); it != unary.end()) {
-      Attributes attrs;
-      attrs.values["fn"] = it->second;
-      return one(via_reference("unary", attrs, {&require(0)}));
-    }
-    if (op == "Relu") return one(via_reference("relu", {}, {&require(0)}));
-    if (op == "Transpose") {
-      Attributes attrs;
-      if (auto perm = attr_ints(n, "perm")) attrs.values["perm"] = *perm;
-      const Tensor& x = require(0);
-      TEC_UNSUPPORTED_CHECK(x.is_float(), ErrorContext{}) << "Transpose of a constant integer tensor is not supported";
-      Tensor t = via_reference("transpose", attrs, {&x});
-      t.elem_type = x.elem_type;
-      return one(std::move(t));
-    }
-    if (op == "DequantizeLinear") return one(dequantize_constant(n, require(0), require(1), in(2)));
-    if (op == "QuantizeLinear") return one(quantize_constant(n, require(0), require(1), in(2)));
-    TEC_INTERNAL_ERROR(ErrorContext{}) << "no folding for " << op;
   }
 
   // ---- patterns --------------------------------------------------------------------------
@@ -927,30 +533,23 @@ class Importer {
     }
   }
 
+  // If `last`'s output flows into a free `op` with a constant 1-D other operand, swallows it
+  // into the group and stores that constant's name in `into`.
+  int absorb_constant_vector(int last, const char* op, Group& g, std::string& into) const {
+    const std::string out = node(last).outputs[0];
+    const int next = sole_consumer(out, op);
+    if (next < 0) return last;
+    const std::string c = other_input(next, out);
+    if (!known_.count(c) || known_.at(c)->dims.size() != 1) return last;
+    g.members.push_back(next);
+    into = c;
+    return next;
+  }
+
   // Optional Mul by a constant gamma, then optional Add of a constant beta.
   int affine_tail(int last, Group& g, bool with_beta) const {
-    const std::string out = node(last).outputs[0];
-    const int mul = sole_consumer(out, "Mul");
-    if (mul >= 0) {
-      const std::string gamma = other_input(mul, out);
-      if (known_.count(gamma) && known_.at(gamma)->dims.size() == 1) {
-        g.members.push_back(mul);
-        g.weight = gamma;
-        last = mul;
-      }
-    }
-    if (!with_beta) return last;
-    const std::string out2 = node(last).outputs[0];
-    const int add = sole_consumer(out2, "Add");
-    if (add >= 0) {
-      const std::string beta = other_input(add, out2);
-      if (known_.count(beta) && known_.at(beta)->dims.size() == 1) {
-        g.members.push_back(add);
-        g.bias = beta;
-        last = add;
-      }
-    }
-    return last;
+    last = absorb_constant_vector(last, "Mul", g, g.weight);
+    return with_beta ? absorb_constant_vector(last, "Add", g, g.bias) : last;
   }
 
   // eps from Add(v, eps), then Sqrt: returns the Sqrt.
@@ -1118,15 +717,8 @@ class Importer {
     if (!qdq_recipe_) return;
     for (const onnx::Node& n : m_.nodes)
       if ((n.op_type == "MatMul" || n.op_type == "Gemm") && !constant_node_[static_cast<size_t>(n.index)] &&
-          !qdq_gemms_.count(n.index) && !gated_member(n.index))
+          !qdq_gemms_.count(n.index))
         problem(n, "this GEMM's input has no Q/DQ pair while others have; tec applies one recipe to every GEMM");
-  }
-  bool gated_member(int i) const {
-    const int gid = group_of_[static_cast<size_t>(i)];
-    if (gid < 0 || groups_[static_cast<size_t>(gid)].kind != Group::Kind::gated) return false;
-    return qdq_gemms_.count(producer_of(groups_[static_cast<size_t>(gid)].x)) != 0 ||
-           std::any_of(groups_[static_cast<size_t>(gid)].members.begin(), groups_[static_cast<size_t>(gid)].members.end(),
-                       [&](int m) { return qdq_gemms_.count(m) != 0; });
   }
 
   // ---- profiles --------------------------------------------------------------------------
@@ -1301,7 +893,6 @@ class Importer {
     const onnx::Node& root = node(grp.root);
     const std::string out = root.outputs[0];
     const ValueId x = runtime(e, grp.x, root);
-    const DType dtype = e.g.value(x).proto.dtype;
     auto values = [&](const std::string& name, int64_t count, float fill) {
       if (name.empty()) return std::vector<float>(static_cast<size_t>(count), fill);
       const Tensor& t = *e.consts.at(name);
@@ -1345,7 +936,6 @@ class Importer {
       }
       case Group::Kind::qdq: e.runtime[out] = x; break;
     }
-    (void)dtype;
   }
 
   // Norm over the dims from `axis` on: reshaped to one last dim when there are several.
@@ -1510,12 +1100,8 @@ class Importer {
     const std::string out = n.outputs.empty() ? "" : n.outputs[0];
     auto in0 = [&] { return runtime(e, n.inputs.at(0), n); };
     auto shape0 = [&] { return e.g.value(in0()).proto.shape; };
-    static const std::map<std::string, std::string> binary = {{"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"},
-                                                              {"Div", "div"}, {"Pow", "pow"}};
-    static const std::map<std::string, std::string> unary = {{"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"},
-                                                             {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Neg", "neg"}};
-    if (auto it = binary.find(op); it != binary.end()) return emit_binary(e, n, it->second);
-    if (auto it = unary.find(op); it != unary.end()) {
+    if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) return emit_binary(e, n, it->second);
+    if (auto it = onnx::kUnaryFunctions.find(op); it != onnx::kUnaryFunctions.end()) {
       e.runtime[out] = emit(e, n, "unary", {in0()}, fn_attr(it->second), {}, out);
       return;
     }
@@ -1656,7 +1242,7 @@ class Importer {
       try {
         if (constant_node_[static_cast<size_t>(i)]) {
           if (!e.consts.count(n.outputs.at(0))) {
-            auto outs = with_context(node_ctx(n), [&] { return fold(n, e.consts, shape_of); });
+            auto outs = with_context(node_ctx(n), [&] { return onnx::fold(n, e.consts, shape_of); });
             for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) e.consts[n.outputs[o]] = std::move(outs[o]);
           }
           became_[static_cast<size_t>(i)] = "folded into a constant";

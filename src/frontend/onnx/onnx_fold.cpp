@@ -1,0 +1,423 @@
+// Constant folding of ONNX nodes, and the shape rules the importer shares with it (Reshape's
+// 0 and -1, Squeeze, Unsqueeze, Flatten). Float math folds through the tec ops' own CPU
+// references, so a folded constant and a run-time op compute the same values.
+#include "frontend/onnx/onnx_fold.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "ops/common.h"
+#include "reference/convert.h"
+#include "reference/quantize.h"
+
+namespace tec::onnx {
+
+const std::map<std::string, std::string> kBinaryFunctions = {
+    {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}};
+const std::map<std::string, std::string> kUnaryFunctions = {
+    {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"}, {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Neg", "neg"}};
+
+std::optional<DType> tec_dtype(int32_t elem_type) {
+  switch (elem_type) {
+    case kFloat: return DType::fp32;
+    case kFloat16: return DType::fp16;
+    case kBfloat16: return DType::bf16;
+    default: return std::nullopt;
+  }
+}
+
+
+bool foldable(const std::string& op) {
+  static const std::set<std::string> ops = {"Constant", "Identity", "Shape",     "Gather",  "Concat", "Unsqueeze",
+                                            "Squeeze",  "Reshape",  "Flatten",   "Cast",    "Add",    "Sub",
+                                            "Mul",      "Div",      "Pow",       "Sqrt",    "Neg",    "Reciprocal",
+                                            "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf",
+                                            "DequantizeLinear",     "QuantizeLinear"};
+  return ops.count(op) != 0;
+}
+
+
+std::vector<int64_t> as_ints(const Tensor& t) {
+  if (!t.is_float()) return t.ints;
+  std::vector<int64_t> out;
+  for (float f : t.floats) out.push_back(static_cast<int64_t>(f));
+  return out;
+}
+
+int64_t axis_of(int64_t axis, size_t rank, const char* what) {
+  const auto r = static_cast<int64_t>(rank);
+  TEC_USER_CHECK(axis >= -r && axis < r, {}) << what << " " << axis << " is out of range for rank " << rank;
+  return axis < 0 ? axis + r : axis;
+}
+
+int64_t attr_int(const Node& n, const std::string& name, int64_t fallback) {
+  auto it = n.attrs.find(name);
+  return it == n.attrs.end() ? fallback : it->second.i;
+}
+std::optional<std::vector<int64_t>> attr_ints(const Node& n, const std::string& name) {
+  auto it = n.attrs.find(name);
+  if (it == n.attrs.end()) return std::nullopt;
+  return it->second.ints;
+}
+std::string attr_string(const Node& n, const std::string& name, const std::string& fallback) {
+  auto it = n.attrs.find(name);
+  return it == n.attrs.end() ? fallback : it->second.s;
+}
+float attr_float(const Node& n, const std::string& name, float fallback) {
+  auto it = n.attrs.find(name);
+  return it == n.attrs.end() ? fallback : it->second.f;
+}
+
+// The dims a Reshape produces (0 copies the input dim unless allowzero, one -1 inferred).
+std::vector<int64_t> reshape_dims(const std::vector<int64_t>& in, std::vector<int64_t> shape, bool allowzero) {
+  int64_t known = 1, infer = -1, numel = 1;
+  for (int64_t d : in) numel *= d;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 0 && !allowzero) {
+      TEC_USER_CHECK(i < in.size(), {}) << "Reshape copies dim " << i << " (0) of a rank-" << in.size() << " input";
+      shape[i] = in[i];
+    }
+    if (shape[i] == -1) {
+      TEC_USER_CHECK(infer < 0, {}) << "Reshape shape holds two -1";
+      infer = static_cast<int64_t>(i);
+      continue;
+    }
+    TEC_USER_CHECK(shape[i] >= 0 && shape[i] <= kMaxDim, {}) << "Reshape dim " << shape[i] << " is invalid";
+    TEC_USER_CHECK(shape[i] == 0 || known <= kMaxElements / shape[i], {}) << "Reshape shape is too large";
+    known *= shape[i];
+  }
+  if (infer >= 0) {
+    TEC_USER_CHECK(known > 0 && numel % known == 0, {}) << "cannot infer the -1 of Reshape " << Shape(shape).str()
+                                                        << " for " << numel << " elements";
+    shape[static_cast<size_t>(infer)] = numel / known;
+  }
+  int64_t out = 1;
+  for (int64_t d : shape) out *= d;
+  TEC_USER_CHECK(out == numel, {}) << "cannot reshape " << Shape(in).str() << " into " << Shape(shape).str();
+  return shape;
+}
+
+std::vector<int64_t> squeeze_dims(const std::vector<int64_t>& in, const std::optional<std::vector<int64_t>>& axes) {
+  std::vector<int64_t> out;
+  std::set<int64_t> drop;
+  if (axes)
+    for (int64_t a : *axes) {
+      const int64_t ax = axis_of(a, in.size(), "Squeeze axis");
+      TEC_USER_CHECK(in[static_cast<size_t>(ax)] == 1, {}) << "Squeeze axis " << a << " has size " << in[static_cast<size_t>(ax)];
+      drop.insert(ax);
+    }
+  for (size_t i = 0; i < in.size(); ++i)
+    if (axes ? !drop.count(static_cast<int64_t>(i)) : in[i] != 1) out.push_back(in[i]);
+  return out;
+}
+
+std::vector<int64_t> unsqueeze_dims(const std::vector<int64_t>& in, const std::vector<int64_t>& axes) {
+  const size_t rank = in.size() + axes.size();
+  TEC_USER_CHECK(rank <= kMaxRank, {}) << "Unsqueeze makes rank " << rank;
+  std::set<int64_t> add;
+  for (int64_t a : axes) TEC_USER_CHECK(add.insert(axis_of(a, rank, "Unsqueeze axis")).second, {}) << "Unsqueeze axes repeat";
+  std::vector<int64_t> out;
+  size_t next = 0;
+  for (size_t i = 0; i < rank; ++i) out.push_back(add.count(static_cast<int64_t>(i)) ? 1 : in.at(next++));
+  return out;
+}
+
+std::vector<int64_t> flatten_dims(const std::vector<int64_t>& in, int64_t axis) {
+  const int64_t a = axis < 0 ? axis + static_cast<int64_t>(in.size()) : axis;
+  TEC_USER_CHECK(a >= 0 && a <= static_cast<int64_t>(in.size()), {}) << "Flatten axis " << axis << " is out of range";
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < in.size(); ++i) (static_cast<int64_t>(i) < a ? outer : inner) *= in[i];
+  return {outer, inner};
+}
+
+// The dims of a runtime or constant value's tensor.
+namespace {
+
+Tensor ints_tensor(std::vector<int64_t> values, std::vector<int64_t> dims) {
+  Tensor t;
+  t.elem_type = kInt64;
+  t.ints = std::move(values);
+  t.dims = std::move(dims);
+  return t;
+}
+
+std::vector<int64_t> dims_of(const std::string& v, const ConstMap& consts, const ShapeOf& shape_of) {
+  if (auto it = consts.find(v); it != consts.end()) return it->second->dims;
+  auto s = shape_of ? shape_of(v) : std::nullopt;
+  TEC_INTERNAL_CHECK(s.has_value(), {}) << "no shape for '" << v << "'";
+  return s->dims;
+}
+
+// Runs a float elementwise op through its OpDef's reference (one definition of the math).
+Tensor via_reference(const std::string& op, Attributes attrs, const std::vector<const Tensor*>& in) {
+  std::vector<HostTensor> host;
+  for (const Tensor* t : in) {
+    HostTensor h{Shape(t->dims), t->is_float() ? t->floats : std::vector<float>()};
+    if (!t->is_float())
+      for (int64_t v : t->ints) h.values.push_back(static_cast<float>(v));
+    host.push_back(std::move(h));
+  }
+  auto out = builtin_ops().get(op).reference(attrs, host);
+  Tensor t;
+  t.elem_type = kFloat;
+  t.dims = out[0].shape.dims;
+  t.floats = std::move(out[0].values);
+  return t;
+}
+
+Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
+  auto shape = broadcast_shape(Shape(a.dims), Shape(b.dims));
+  TEC_USER_CHECK(shape.has_value(), {}) << "shapes " << Shape(a.dims).str() << " and " << Shape(b.dims).str()
+                                        << " do not broadcast";
+  const auto ia = broadcast_index(Shape(a.dims), *shape), ib = broadcast_index(Shape(b.dims), *shape);
+  Tensor t = ints_tensor({}, shape->dims);
+  t.elem_type = a.elem_type;
+  for (size_t e = 0; e < ia.size(); ++e) {
+    const int64_t x = a.ints[ia[e]], y = b.ints[ib[e]];
+    if (fn == "add") t.ints.push_back(x + y);
+    else if (fn == "sub") t.ints.push_back(x - y);
+    else if (fn == "mul") t.ints.push_back(x * y);
+    else {
+      TEC_USER_CHECK(y != 0, {}) << "integer division by zero in a constant";
+      t.ints.push_back(x / y);
+    }
+  }
+  return t;
+}
+
+// (De)quantization of a constant: the scale index of every element (scalar, per axis, or
+// blocked along the axis).
+std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& scale) {
+  std::vector<size_t> idx(static_cast<size_t>(x.numel()), 0);
+  if (scale.numel() == 1) return idx;
+  const int64_t axis = axis_of(attr_int(n, "axis", 1), x.dims.size(), "axis");
+  const int64_t block = attr_int(n, "block_size", 0);
+  std::vector<int64_t> sdims = x.dims;
+  if (block > 0) {
+    sdims[static_cast<size_t>(axis)] = ceil_div(x.dims[static_cast<size_t>(axis)], block);
+    TEC_USER_CHECK(scale.dims == sdims, {}) << "blocked scale has dims " << Shape(scale.dims).str() << ", expected "
+                                            << Shape(sdims).str();
+  } else {
+    TEC_USER_CHECK(scale.dims.size() == 1 && scale.dims[0] == x.dims[static_cast<size_t>(axis)], {})
+        << "per-axis scale has dims " << Shape(scale.dims).str() << " for axis " << axis << " of " << Shape(x.dims).str();
+  }
+  const auto strides = Shape(x.dims).contiguous_strides();
+  const auto scale_strides = Shape(sdims).contiguous_strides();
+  for (size_t e = 0; e < idx.size(); ++e) {
+    const int64_t coord = (static_cast<int64_t>(e) / strides[static_cast<size_t>(axis)]) % x.dims[static_cast<size_t>(axis)];
+    if (block <= 0) {
+      idx[e] = static_cast<size_t>(coord);
+      continue;
+    }
+    // Same coordinates with the axis divided by the block, in the scale's strides.
+    int64_t off = 0, rest = static_cast<int64_t>(e);
+    for (size_t d = 0; d < x.dims.size(); ++d) {
+      int64_t c = rest / strides[d];
+      rest %= strides[d];
+      if (static_cast<int64_t>(d) == axis) c /= block;
+      off += c * scale_strides[d];
+    }
+    idx[e] = static_cast<size_t>(off);
+  }
+  return idx;
+}
+
+Tensor dequantize_constant(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
+  TEC_USER_CHECK(scale.is_float(), {}) << "DequantizeLinear scale must be a float tensor";
+  const auto idx = scale_index(n, x, scale);
+  Tensor t;
+  t.elem_type = scale.elem_type == kFloat8E8M0 ? kFloat : scale.elem_type;
+  t.dims = x.dims;
+  for (size_t e = 0; e < idx.size(); ++e) {
+    const double q = x.at(e) - (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
+    t.floats.push_back(static_cast<float>(q * scale.floats[idx[e]]));
+  }
+  if (t.elem_type != kFloat && tec_dtype(t.elem_type)) reference::round_to(*tec_dtype(t.elem_type), t.floats);
+  return t;
+}
+
+Tensor quantize_constant(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
+  int32_t out_type = zp ? zp->elem_type : static_cast<int32_t>(attr_int(n, "output_dtype", kUint8));
+  if (out_type == 0) out_type = kUint8;
+  const auto idx = scale_index(n, x, scale);
+  Tensor t;
+  t.elem_type = out_type;
+  t.dims = x.dims;
+  for (size_t e = 0; e < idx.size(); ++e) {
+    const float v = x.floats[e] / scale.floats[idx[e]];
+    switch (out_type) {
+      case kFloat8E4M3FN: t.floats.push_back(reference::e4m3_to_float(reference::float_to_e4m3(v))); break;
+      case kFloat8E5M2: t.floats.push_back(reference::e5m2_to_float(reference::float_to_e5m2(v))); break;
+      case kInt8:
+      case kUint8: {
+        const double lo = out_type == kInt8 ? -128 : 0, hi = out_type == kInt8 ? 127 : 255;
+        const double q = std::nearbyint(v) + (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
+        t.ints.push_back(static_cast<int64_t>(std::clamp(q, lo, hi)));
+        break;
+      }
+      default: TEC_UNSUPPORTED(ErrorContext{}) << "QuantizeLinear to " << elem_type_name(out_type) << " is not supported";
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+// Folds one constant node. `shape_of` gives run-time values' shapes (Shape nodes).
+std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf& shape_of) {
+  auto in = [&](size_t i) -> const Tensor* {
+    if (i >= n.inputs.size() || n.inputs[i].empty()) return nullptr;
+    auto it = consts.find(n.inputs[i]);
+    return it == consts.end() ? nullptr : it->second.get();
+  };
+  auto one = [](Tensor t) { return std::vector<TensorPtr>{std::make_shared<const Tensor>(std::move(t))}; };
+  auto require = [&](size_t i) -> const Tensor& {
+    const Tensor* t = in(i);
+    TEC_USER_CHECK(t != nullptr, {}) << "input " << i << " is missing";
+    return *t;
+  };
+  const std::string& op = n.op_type;
+  if (op == "Constant") {
+    TEC_USER_CHECK(n.attrs.size() == 1, {}) << "Constant needs exactly one value attribute";
+    const auto& [name, a] = *n.attrs.begin();
+    if (name == "value" && a.t) return one(*a.t);
+    if (name == "value_float") return one(Tensor{kFloat, {}, {a.f}, {}});
+    if (name == "value_floats") return one(Tensor{kFloat, {static_cast<int64_t>(a.floats.size())}, a.floats, {}});
+    if (name == "value_int") return one(ints_tensor({a.i}, {}));
+    if (name == "value_ints") return one(ints_tensor(a.ints, {static_cast<int64_t>(a.ints.size())}));
+    TEC_UNSUPPORTED(ErrorContext{}) << "Constant with attribute '" << name << "' is not supported";
+  }
+  if (op == "Identity") return one(require(0));
+  if (op == "Shape") {
+    const std::vector<int64_t> dims = dims_of(n.inputs.at(0), consts, shape_of);
+    const auto r = static_cast<int64_t>(dims.size());
+    auto clamp_axis = [r](int64_t a) { return std::clamp(a < 0 ? a + r : a, int64_t{0}, r); };
+    const int64_t start = clamp_axis(attr_int(n, "start", 0)), end = clamp_axis(attr_int(n, "end", r));
+    std::vector<int64_t> out;
+    for (int64_t i = start; i < end; ++i) out.push_back(dims[static_cast<size_t>(i)]);
+    const auto count = static_cast<int64_t>(out.size());
+    return one(ints_tensor(std::move(out), {count}));
+  }
+  if (op == "Gather") {
+    const Tensor& data = require(0);
+    const std::vector<int64_t> indices = as_ints(require(1));
+    TEC_USER_CHECK(!data.dims.empty(), {}) << "Gather of a scalar";
+    const int64_t axis = axis_of(attr_int(n, "axis", 0), data.dims.size(), "Gather axis");
+    const int64_t extent = data.dims[static_cast<size_t>(axis)];
+    int64_t outer = 1, inner = 1;
+    for (size_t d = 0; d < data.dims.size(); ++d)
+      if (static_cast<int64_t>(d) < axis) outer *= data.dims[d];
+      else if (static_cast<int64_t>(d) > axis) inner *= data.dims[d];
+    Tensor t;
+    t.elem_type = data.elem_type;
+    t.dims.assign(data.dims.begin(), data.dims.begin() + axis);
+    const Tensor& idx_t = require(1);
+    t.dims.insert(t.dims.end(), idx_t.dims.begin(), idx_t.dims.end());
+    t.dims.insert(t.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t raw : indices) {
+        const int64_t i = raw < 0 ? raw + extent : raw;
+        TEC_USER_CHECK(i >= 0 && i < extent, {}) << "Gather index " << raw << " is out of range for dim " << extent;
+        for (int64_t k = 0; k < inner; ++k) {
+          const auto src = static_cast<size_t>((o * extent + i) * inner + k);
+          if (data.is_float()) t.floats.push_back(data.floats[src]);
+          else t.ints.push_back(data.ints[src]);
+        }
+      }
+    return one(std::move(t));
+  }
+  if (op == "Concat") {
+    const Tensor& first = require(0);
+    const int64_t axis = axis_of(attr_int(n, "axis", 0), first.dims.size(), "Concat axis");
+    Tensor t;
+    t.elem_type = first.elem_type;
+    t.dims = first.dims;
+    t.dims[static_cast<size_t>(axis)] = 0;
+    int64_t outer = 1;
+    for (int64_t d = 0; d < axis; ++d) outer *= first.dims[static_cast<size_t>(d)];
+    std::vector<const Tensor*> parts;
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const Tensor& p = require(i);
+      TEC_USER_CHECK(p.dims.size() == first.dims.size() && p.is_float() == first.is_float(), {})
+          << "Concat inputs differ in rank or type";
+      for (size_t d = 0; d < p.dims.size(); ++d)
+        TEC_USER_CHECK(static_cast<int64_t>(d) == axis || p.dims[d] == first.dims[d], {}) << "Concat inputs differ in dim " << d;
+      t.dims[static_cast<size_t>(axis)] += p.dims[static_cast<size_t>(axis)];
+      parts.push_back(&p);
+    }
+    for (int64_t o = 0; o < outer; ++o)
+      for (const Tensor* p : parts) {
+        const int64_t chunk = p->numel() / std::max<int64_t>(outer, 1);
+        for (int64_t k = 0; k < chunk; ++k) {
+          const auto src = static_cast<size_t>(o * chunk + k);
+          if (p->is_float()) t.floats.push_back(p->floats[src]);
+          else t.ints.push_back(p->ints[src]);
+        }
+      }
+    return one(std::move(t));
+  }
+  auto reshaped = [&](std::vector<int64_t> dims) {
+    Tensor t = require(0);
+    t.dims = std::move(dims);
+    return one(std::move(t));
+  };
+  if (op == "Reshape")
+    return reshaped(reshape_dims(require(0).dims, as_ints(require(1)), attr_int(n, "allowzero", 0) != 0));
+  if (op == "Flatten") return reshaped(flatten_dims(require(0).dims, attr_int(n, "axis", 1)));
+  if (op == "Squeeze")
+    return reshaped(squeeze_dims(require(0).dims, in(1) ? std::optional(as_ints(*in(1))) : std::nullopt));
+  if (op == "Unsqueeze") return reshaped(unsqueeze_dims(require(0).dims, as_ints(require(1))));
+  if (op == "Cast") {
+    const Tensor& x = require(0);
+    const auto to = static_cast<int32_t>(attr_int(n, "to", 0));
+    Tensor t;
+    t.elem_type = to;
+    t.dims = x.dims;
+    if (is_float_type(to)) {
+      for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) t.floats.push_back(static_cast<float>(x.at(i)));
+      if (to == kFloat16 || to == kBfloat16) reference::round_to(*tec_dtype(to), t.floats);
+      if (to == kFloat8E4M3FN)
+        for (float& f : t.floats) f = reference::e4m3_to_float(reference::float_to_e4m3(f));
+      if (to == kFloat8E5M2)
+        for (float& f : t.floats) f = reference::e5m2_to_float(reference::float_to_e5m2(f));
+    } else {
+      TEC_UNSUPPORTED_CHECK(to != kString, ErrorContext{}) << "Cast to STRING is not supported";
+      for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) {
+        const double v = x.at(i);
+        TEC_USER_CHECK(std::isfinite(v), {}) << "Cast of a non-finite value to an integer type";
+        t.ints.push_back(to == kBool ? v != 0 : static_cast<int64_t>(v));
+      }
+    }
+    return one(std::move(t));
+  }
+  if (auto it = kBinaryFunctions.find(op); it != kBinaryFunctions.end()) {
+    const Tensor &a = require(0), &b = require(1);
+    if (!a.is_float() && !b.is_float() && op != "Pow") return one(integer_binary(it->second, a, b));
+    Attributes attrs;
+    attrs.values["fn"] = it->second;
+    Tensor t = via_reference("binary", attrs, {&a, &b});
+    t.elem_type = a.is_float() ? a.elem_type : kFloat;
+    return one(std::move(t));
+  }
+  if (auto it = kUnaryFunctions.find(op); it != kUnaryFunctions.end()) {
+    Attributes attrs;
+    attrs.values["fn"] = it->second;
+    return one(via_reference("unary", attrs, {&require(0)}));
+  }
+  if (op == "Relu") return one(via_reference("relu", {}, {&require(0)}));
+  if (op == "Transpose") {
+    Attributes attrs;
+    if (auto perm = attr_ints(n, "perm")) attrs.values["perm"] = *perm;
+    const Tensor& x = require(0);
+    TEC_UNSUPPORTED_CHECK(x.is_float(), ErrorContext{}) << "Transpose of a constant integer tensor is not supported";
+    Tensor t = via_reference("transpose", attrs, {&x});
+    t.elem_type = x.elem_type;
+    return one(std::move(t));
+  }
+  if (op == "DequantizeLinear") return one(dequantize_constant(n, require(0), require(1), in(2)));
+  if (op == "QuantizeLinear") return one(quantize_constant(n, require(0), require(1), in(2)));
+  TEC_INTERNAL_ERROR(ErrorContext{}) << "no folding for " << op;
+}
+
+}  // namespace tec::onnx
