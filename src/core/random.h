@@ -8,7 +8,7 @@
 
 namespace tec {
 
-// `count` normal values with this mean and stddev, from splitmix64 and Box-Muller in double.
+// `count` normal values with this mean and stddev, from splitmix64 and Box-Muller in float.
 std::vector<float> random_weight(uint64_t seed, const std::string& name, int64_t count, float mean, float stddev);
 
 }  // namespace tec
