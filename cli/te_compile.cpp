@@ -31,7 +31,10 @@ Examples:
   te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
 
 Plans carry GPU code (NVRTC cubins, one per --arch) and run on any machine with that GPU; no
-GPU is needed to compile. Kernels are cached by source, options and NVRTC version (--cache-dir).
+GPU is needed to compile. Kernels are cached by source, options and NVRTC version; the
+pre-quantized constants (16 MiB and up) by weight source (seed, or file path, size and
+modification time), layout and te-compile binary (--cache-dir). Entries carry a checksum: a
+damaged one is rebuilt. The folder may be deleted at any time.
 
 Exit codes:
   0 success            2 usage error          3 invalid model
@@ -215,7 +218,7 @@ int main(int argc, char** argv) {
   app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
                                "the heuristic)");
-  app.add_option("--cache-dir", cache_dir, "NVRTC kernel cache folder (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
+  app.add_option("--cache-dir", cache_dir, "cache folder for NVRTC kernels and pre-quantized constants (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
                                            "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
   app.add_flag("-q,--quiet", quiet, "no progress output");
@@ -308,6 +311,9 @@ int main(int argc, char** argv) {
                      result.codegen.modules, [&] { std::string a; for (const auto& x : result.code.archs) a += (a.empty() ? "" : ",") + x; return a; }().c_str(), result.codegen.cache_hits,
                      cache_dir.empty() ? tec::codegen::default_cache_dir().c_str() : cache_dir.c_str(),
                      result.codegen.compile_milliseconds);
+      if (result.plan)
+        std::fprintf(summary, "constants: %s, %s\n", human_bytes(result.profiles.at(0).memory.constant_bytes).c_str(),
+                     result.plan->constants_from_cache ? "from the cache" : "generated and pre-quantized");
       if (dump_after.empty() && output.empty()) std::fprintf(summary, "no plan written (pass -o PLAN to write one)\n");
     }
     if (time_passes)

@@ -116,7 +116,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
            "--dump-after usage to inspect the training layout";
     BuildRecord record = options.record;
     record.model_checksum = hex64(checksum64(plan::read_whole_file(options.model_path)));
-    result.plan = build_plan(result.profiles, result.code, record);
+    result.plan = build_plan(result.profiles, result.code, record, options.cache_dir);
   });
   return result;
 }

@@ -27,7 +27,7 @@ struct CompileOptions {
   std::set<std::string> disabled;   // from kOptionalPasses
   BuildRecord record;               // tool and options, for the plan's build record
   std::vector<std::string> archs{"sm_90"};  // cubins for each
-  std::string cache_dir = codegen::default_cache_dir();  // "" disables the kernel cache
+  std::string cache_dir = codegen::default_cache_dir();  // kernels and constants; "" disables it
 };
 
 struct CodegenStats {

@@ -2,7 +2,11 @@
 
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
+#include <optional>
 
+#include "core/file_cache.h"
+#include "core/hash.h"
 #include "core/random.h"
 #include "frontend/weights/safetensors.h"
 #include "passes/passes.h"
@@ -63,6 +67,47 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
     reference::quantize(v.proto, values, out, p.graph.target, state);
   }
   return blob;
+}
+
+// Everything that decides the constants blob's bytes, for the cache key: the layout of the
+// constants region, every weight's tensor description and where its values come from, and
+// the te-compile binary itself (so that a rebuilt quantizer never reads an older entry).
+std::string constants_cache_key(const CompiledProfile& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const auto self_time = ec ? fs::file_time_type{} : fs::last_write_time(self, ec);
+  json key{{"cache", "tec constants v1"},
+           {"binary", {self.string(), ec ? 0 : fs::file_size(self, ec), self_time.time_since_epoch().count()}},
+           {"sm", p.graph.target.sm},
+           {"bytes", p.memory.constant_bytes}};
+  for (const PlannedBuffer& b : p.memory.buffers)
+    if (b.region == Region::constants)
+      key["buffers"].push_back({b.name, b.tensor, to_string(b.role), to_string(b.dtype), b.shape.dims, b.offset, b.bytes});
+  for (const Value& v : p.graph.values) {
+    if (v.kind != ValueKind::weight) continue;
+    const WeightSource& src = *v.weight;
+    json source;
+    switch (src.kind) {
+      case WeightSource::Kind::random: source = {"random", src.seed, src.mean, src.stddev}; break;
+      case WeightSource::Kind::file: {
+        // A changed file has a new size or modification time (as make and ninja assume).
+        const fs::path path = fs::absolute(src.path, ec);
+        const auto time = fs::last_write_time(path, ec);
+        source = {"file", path.string(), fs::file_size(path, ec), time.time_since_epoch().count(), src.tensor,
+                  to_string(src.file_dtype), src.file_offset};
+        break;
+      }
+      case WeightSource::Kind::values:
+        source = {"values", src.values->size(),
+                  checksum64(std::span(reinterpret_cast<const uint8_t*>(src.values->data()), src.values->size() * sizeof(float)))};
+        break;
+    }
+    key["weights"].push_back({v.name, to_string(v.proto.dtype), v.proto.shape.dims,
+                              v.proto.quantizer ? quantizer_to_json(*v.proto.quantizer) : json(), v.proto.usage.rowwise,
+                              v.proto.usage.columnwise, source});
+  }
+  return "constants-" + hex64(checksum64(key.dump())) + ".bin";
 }
 
 json dtype_json(DType d) { return std::string(to_string(d)); }
@@ -199,7 +244,8 @@ json profile_manifest(const CompiledProfile& p) {
 
 }  // namespace
 
-PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record) {
+PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record,
+                     const std::string& cache_dir) {
   TEC_INTERNAL_CHECK(!profiles.empty(), {}) << "no profiles to build";
   const Graph& first = profiles[0].graph;
   // Weights do not depend on the profile dims, so every profile shares one constants blob.
@@ -217,7 +263,17 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
     profile_list.push_back(profile_manifest(p));
   }
   PlanParts parts;
-  parts.blobs.push_back({"constants", build_constants(profiles[0])});
+  // Small constants build in milliseconds; caching them would only fill the disk.
+  constexpr int64_t kCacheFrom = int64_t{16} << 20;
+  const std::string cached = constants_cache_key(profiles[0]);
+  const std::string dir = profiles[0].memory.constant_bytes >= kCacheFrom ? cache_dir : "";
+  std::optional<std::vector<uint8_t>> constants = cache_read(dir, cached);
+  parts.constants_from_cache = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
+  if (!parts.constants_from_cache) {
+    constants = build_constants(profiles[0]);
+    cache_write(dir, cached, *constants);
+  }
+  parts.blobs.push_back({"constants", std::move(*constants)});
   json modules = json::array();
   for (size_t m = 0; m < code.modules.size(); ++m) {
     json cubins = json::object();

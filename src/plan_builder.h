@@ -35,8 +35,12 @@ struct BuildRecord {
 struct PlanParts {
   nlohmann::json manifest;
   std::vector<plan::Blob> blobs;
+  bool constants_from_cache = false;
 };
 
-PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record);
+// The pre-quantized constants are cached in cache_dir ("" disables it): generating and
+// quantizing 134 MB of weights is most of a cold compile.
+PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode& code, const BuildRecord& record,
+                     const std::string& cache_dir);
 
 }  // namespace tec

@@ -9,11 +9,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <thread>
 
 #include "codegen/kernel_sources.h"
 #include "core/error.h"
+#include "core/file_cache.h"
 #include "core/hash.h"
 
 namespace tec::codegen {
@@ -38,27 +38,14 @@ bool looks_like_cubin(const std::vector<uint8_t>& bytes) {
   return bytes.size() > 4 && std::memcmp(bytes.data(), "\x7f" "ELF", 4) == 0;
 }
 
-void write_atomically(const fs::path& path, const void* data, size_t size) {
-  fs::create_directories(path.parent_path());
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
-    if (!out) return;  // a cache that cannot be written is only slower
-  }
+// For the source of a failed compile, kept for the user to open.
+void write_text(const fs::path& path, const std::string& text) {
   std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
+  fs::create_directories(path.parent_path(), ec);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
 }
 
 }  // namespace
-
-std::string default_cache_dir() {
-  if (const char* dir = std::getenv("TEC_CACHE_DIR"); dir && *dir) return dir;
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) return std::string(xdg) + "/tec";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tec";
-  return "";
-}
 
 std::string nvrtc_version() {
   int major = 0, minor = 0;
@@ -80,16 +67,12 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
   CompiledKernel out;
   out.cache_key = hex64(checksum64(key_text));
   const std::string name = request.source.substr(0, request.source.find('.'));
-  const fs::path cached = cache_dir_.empty() ? fs::path() : fs::path(cache_dir_) / (name + "-" + out.cache_key + ".cubin");
-  if (!cache_dir_.empty() && fs::exists(cached)) {
-    std::ifstream in(cached, std::ios::binary);
-    out.cubin.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-    if (looks_like_cubin(out.cubin)) {
-      out.cache_hit = true;
-      return out;
-    }
-    out.cubin.clear();  // a damaged entry: compile again and overwrite it
-  }
+  const std::string cached = name + "-" + out.cache_key + ".cubin";
+  if (auto hit = cache_read(cache_dir_, cached); hit && looks_like_cubin(*hit)) {
+    out.cubin = std::move(*hit);
+    out.cache_hit = true;
+    return out;
+  }  // else missing or damaged: compile again and overwrite it
 
   const auto start = std::chrono::steady_clock::now();
   std::vector<const char*> header_texts, header_names;
@@ -116,7 +99,7 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
     for (const auto& o : options) generated += " " + o;
     generated += "\n#line 1 \"" + request.source + "\"\n" + main->text;
     fs::path kept = (cache_dir_.empty() ? fs::temp_directory_path() : fs::path(cache_dir_)) / "failed" / (name + "-" + out.cache_key + ".cu");
-    write_atomically(kept, generated.data(), generated.size());
+    write_text(kept, generated);
     throw Error(ErrorKind::compile, ErrorContext{"codegen", name, "", request.source},
                 "NVRTC " + nvrtc_version() + " could not compile " + request.source + " for " + request.arch + " (" +
                     nvrtcGetErrorString(result) + "; generated source kept at " + kept.string() + "):\n" + log);
@@ -127,7 +110,7 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
   check_nvrtc(nvrtcGetCUBIN(program, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN", name);
   nvrtcDestroyProgram(&program);
   out.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  if (!cache_dir_.empty()) write_atomically(cached, out.cubin.data(), out.cubin.size());
+  cache_write(cache_dir_, cached, out.cubin);
   return out;
 }
 

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "core/file_cache.h"
+
 namespace tec::codegen {
 
 struct KernelRequest {
@@ -22,8 +24,7 @@ struct CompiledKernel {
   std::string cache_key;
 };
 
-// $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, else ~/.cache/tec.
-std::string default_cache_dir();
+using tec::default_cache_dir;  // core/file_cache.h
 std::string nvrtc_version();
 
 class KernelCompiler {

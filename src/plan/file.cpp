@@ -13,6 +13,35 @@
 
 namespace tec::plan {
 
+namespace {
+
+// The container (plan/format.h) with the manifest in place and room for a blob section of
+// `section_size` bytes; seal_plan fills in the checksum once the blobs are copied in.
+std::vector<uint8_t> plan_container(const std::string& text, uint64_t section_size, uint64_t& blobs_offset) {
+  FileHeader header{};
+  std::memcpy(header.magic, kMagic, 8);
+  header.version = kFormatVersion;
+  header.manifest_offset = kBlobAlignment;
+  header.manifest_size = text.size();
+  header.blobs_offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(kBlobAlignment + text.size()), kBlobAlignment));
+  header.blobs_size = section_size;
+  header.file_size = header.blobs_offset + header.blobs_size + kTrailerBytes;
+  std::vector<uint8_t> out(header.file_size, 0);
+  std::memcpy(out.data(), &header, sizeof header);
+  std::memcpy(out.data() + header.manifest_offset, text.data(), text.size());
+  blobs_offset = header.blobs_offset;
+  return out;
+}
+
+void seal_plan(std::vector<uint8_t>& out) {
+  Trailer trailer{};
+  std::memcpy(trailer.magic, kTrailerMagic, 8);
+  trailer.checksum = checksum64(std::span(out.data(), out.size() - kTrailerBytes));
+  std::memcpy(out.data() + out.size() - kTrailerBytes, &trailer, sizeof trailer);
+}
+
+}  // namespace
+
 std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs) {
   uint64_t offset = 0;
   nlohmann::json index = nlohmann::json::array();
@@ -20,31 +49,23 @@ std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<B
     index.push_back({{"name", b.name}, {"offset", offset}, {"size", b.bytes.size()}});
     offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(offset + b.bytes.size()), kBlobAlignment));
   }
-  std::vector<uint8_t> section(offset, 0);
+  manifest["blobs"] = index;
+  // One copy of the blobs, straight into the file image (a plan is mostly its 100+ MB of
+  // constants).
+  uint64_t blobs_offset = 0;
+  std::vector<uint8_t> out = plan_container(manifest.dump(), offset, blobs_offset);
   for (size_t i = 0; i < blobs.size(); ++i)
     if (!blobs[i].bytes.empty())
-      std::memcpy(section.data() + index[i]["offset"].get<uint64_t>(), blobs[i].bytes.data(), blobs[i].bytes.size());
-  manifest["blobs"] = std::move(index);
-  return assemble_plan(manifest.dump(), section);
+      std::memcpy(out.data() + blobs_offset + index[i]["offset"].get<uint64_t>(), blobs[i].bytes.data(), blobs[i].bytes.size());
+  seal_plan(out);
+  return out;
 }
 
 std::vector<uint8_t> assemble_plan(const std::string& text, std::span<const uint8_t> section) {
-  FileHeader header{};
-  std::memcpy(header.magic, kMagic, 8);
-  header.version = kFormatVersion;
-  header.manifest_offset = kBlobAlignment;
-  header.manifest_size = text.size();
-  header.blobs_offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(kBlobAlignment + text.size()), kBlobAlignment));
-  header.blobs_size = section.size();
-  header.file_size = header.blobs_offset + header.blobs_size + kTrailerBytes;
-  std::vector<uint8_t> out(header.file_size, 0);
-  std::memcpy(out.data(), &header, sizeof header);
-  std::memcpy(out.data() + header.manifest_offset, text.data(), text.size());
-  if (!section.empty()) std::memcpy(out.data() + header.blobs_offset, section.data(), section.size());
-  Trailer trailer{};
-  std::memcpy(trailer.magic, kTrailerMagic, 8);
-  trailer.checksum = checksum64(std::span(out.data(), out.size() - kTrailerBytes));
-  std::memcpy(out.data() + out.size() - kTrailerBytes, &trailer, sizeof trailer);
+  uint64_t blobs_offset = 0;
+  std::vector<uint8_t> out = plan_container(text, section.size(), blobs_offset);
+  if (!section.empty()) std::memcpy(out.data() + blobs_offset, section.data(), section.size());
+  seal_plan(out);
   return out;
 }
 

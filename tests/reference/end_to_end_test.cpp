@@ -108,7 +108,7 @@ TEST_CASE("fusion property: on 60 random graphs, fused and unfused plans agree w
       p.schedule = schedule(p.graph, fusion(p.graph, {.enabled = fuse}));
       p.memory = memory_plan(p.graph, p.schedule);
       if (fuse) fused_steps_seen += static_cast<int>(p.graph.nodes.size() - p.schedule.steps.size());
-      const PlanParts parts = build_plan({p}, GpuCode{.archs = {"sm_90"}}, BuildRecord{"test", {}, "0000000000000000"});
+      const PlanParts parts = build_plan({p}, GpuCode{.archs = {"sm_90"}}, BuildRecord{"test", {}, "0000000000000000"}, /*cache_dir=*/"");
       const plan::Plan loaded = plan::Plan::load(plan::serialize_plan(parts.manifest, parts.blobs), "random");
       reference::Session session(loaded, loaded.profiles[0]);
       session.randomize_inputs(5);
