@@ -46,17 +46,23 @@ Stats stats_of(std::vector<double> us) {
 
 json stats_json(const Stats& s) { return {{"p50_us", s.p50}, {"p90_us", s.p90}, {"p99_us", s.p99}, {"mean_us", s.mean}, {"min_us", s.min}}; }
 
-// Per-launch timing with events around each replay (graph) or each full eager sequence.
-std::vector<double> time_runs(runtime::Session& session, cudaStream_t stream, int warmup, int iterations, bool graph) {
+// Per-launch timing with events around each replay (graph) or each full eager sequence;
+// run i uses sessions[i % size], so with several sessions no run reads the inputs that the
+// run before it left in L2.
+std::vector<double> time_runs(const std::vector<runtime::Session*>& sessions, cudaStream_t stream, int warmup, int iterations,
+                              bool graph) {
   cudaEvent_t start, stop;
   TEC_CLI_CUDA(cudaEventCreate(&start));
   TEC_CLI_CUDA(cudaEventCreate(&stop));
-  auto once = [&] { graph ? session.run(stream) : session.run_eager(stream); };
-  for (int i = 0; i < warmup; ++i) once();
+  auto once = [&](int i) {
+    runtime::Session& session = *sessions[static_cast<size_t>(i) % sessions.size()];
+    graph ? session.run(stream) : session.run_eager(stream);
+  };
+  for (int i = 0; i < warmup; ++i) once(i);
   std::vector<double> us;
   for (int i = 0; i < iterations; ++i) {
     TEC_CLI_CUDA(cudaEventRecord(start, stream));
-    once();
+    once(i);
     TEC_CLI_CUDA(cudaEventRecord(stop, stream));
     TEC_CLI_CUDA(cudaEventSynchronize(stop));
     float ms = 0;
@@ -121,14 +127,14 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     NpyArray array = read_npy(file);
     ref.set_input(name, HostTensor{array.shape, std::move(array.values)});
   }
-  auto upload_inputs = [&] {
+  auto upload_inputs = [&](runtime::Session& to) {
     for (size_t i = 0; i < profile.buffers.size(); ++i) {
       const plan::Buffer& b = profile.buffers[i];
       if (b.region == "input")
-        session.upload(static_cast<int>(i), ref.arena().data() + b.offset, static_cast<size_t>(b.bytes), stream);
+        to.upload(static_cast<int>(i), ref.arena().data() + b.offset, static_cast<size_t>(b.bytes), stream);
     }
   };
-  upload_inputs();
+  upload_inputs(session);
   const std::vector<uint8_t> initial_arena = session.download_arena(stream);  // inputs set, state fresh
   json report{{"plan", plan->name},
               {"recipe", plan->recipe},
@@ -223,7 +229,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     }
     report["verify"] = {{"outputs", outputs}, {"steps", steps}, {"ok", exit_code == 0}};
     std::printf("verify: %s\n", exit_code == 0 ? "PASS" : "FAIL");
-    upload_inputs();
+    upload_inputs(session);
   }
 
   // Benchmark: graph replays against eager launches, each run timed with events.
@@ -233,11 +239,19 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   double io_bytes = static_cast<double>(session.constant_bytes());
   for (const auto& b : profile.buffers)
     if (b.region == "input" || b.region == "output") io_bytes += static_cast<double>(b.bytes);
-  const Stats eager = stats_of(time_runs(session, stream, o.warmup, o.iterations, false));
+  std::vector<std::unique_ptr<runtime::Session>> rotated;
+  std::vector<runtime::Session*> timed{&session};
+  for (int r = 1; r < o.rotate; ++r) {
+    rotated.push_back(std::make_unique<runtime::Session>(plan, profile));
+    upload_inputs(*rotated.back());
+    timed.push_back(rotated.back().get());
+  }
+  const Stats eager = stats_of(time_runs(timed, stream, o.warmup, o.iterations, false));
   Stats graph;
-  if (!o.no_graph) graph = stats_of(time_runs(session, stream, o.warmup, o.iterations, true));
+  if (!o.no_graph) graph = stats_of(time_runs(timed, stream, o.warmup, o.iterations, true));
   const Stats& best = o.no_graph ? eager : graph;
-  std::printf("\nlatency over %d runs after %d warm-up (us):\n", o.iterations, o.warmup);
+  std::printf("\nlatency over %d runs after %d warm-up (us)%s:\n", o.iterations, o.warmup,
+              o.rotate > 1 ? (", " + std::to_string(o.rotate) + " sessions in turn").c_str() : "");
   std::printf("  %-8s %10s %10s %10s %10s %10s\n", "", "p50", "p90", "p99", "mean", "min");
   if (!o.no_graph)
     std::printf("  %-8s %10.1f %10.1f %10.1f %10.1f %10.1f\n", "graph", graph.p50, graph.p90, graph.p99, graph.mean, graph.min);
@@ -251,6 +265,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
               static_cast<double>(session.arena_bytes()) / 1048576.0, static_cast<double>(session.constant_bytes()) / 1048576.0);
   report["iterations"] = o.iterations;
   report["warmup"] = o.warmup;
+  report["rotate"] = o.rotate;
   report["eager"] = stats_json(eager);
   if (!o.no_graph) report["graph"] = stats_json(graph);
   report["flops"] = flops;

@@ -16,6 +16,7 @@ struct GpuRunOptions {
   std::vector<std::pair<std::string, std::string>> inputs;  // name -> .npy
   uint64_t seed = 0;
   int iterations = 100, warmup = 10;
+  int rotate = 1;  // sessions timed in turn
   bool no_graph = false, verify_cpu = false, profile = false;
   std::string json_path, trace_path, save_dir;
 };
