@@ -130,6 +130,7 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
 
 // Kernel grid and block limits (CUDA's), checked before anything is launched.
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxGridYZ = 65535;
 constexpr int64_t kMaxBlockThreads = 1024;
 
 Launch parse_launch(const Reader& r, const std::string& path, const std::string& file, const Profile& p, int module_count,
@@ -171,6 +172,8 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       return out;
     };
     l.grid = dims("grid", kMaxGrid);
+    TEC_USER_CHECK(l.grid[1] <= kMaxGridYZ && l.grid[2] <= kMaxGridYZ, r.ctx("grid"))
+        << "grid y and z must be at most " << kMaxGridYZ;
     l.block = dims("block", kMaxBlockThreads);
     TEC_USER_CHECK(l.block[0] * l.block[1] * l.block[2] <= kMaxBlockThreads, r.ctx("block")) << "too many threads per block";
     const json& args = r.array("args");

@@ -197,6 +197,8 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["module"] = 77; }).find("expected an integer in [0, ") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["block"] = {4096, 1, 1}; }).find("entries must be integers in [1, 1024]") !=
         std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["grid"] = {1, 70000, 1}; }).find("grid y and z must be at most 65535") !=
+        std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["kind"] = "shell"; }).find("unknown launch kind 'shell'") !=
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["k"] = 1 << 20; }).find("GEMM operand a needs") !=
