@@ -23,9 +23,6 @@ namespace tec {
 namespace plan {
 struct Plan;
 }
-namespace runtime {
-class Session;
-}
 
 struct Status {
   int code = 0;  // 0: ok
@@ -47,7 +44,24 @@ class Result {
   std::variant<T, Status> value_;
 };
 
-// One tensor's data buffer: on the device for a Session, described only for a Plan.
+// Where a Session runs: the plan's CUDA graph on the current GPU, or the CPU reference
+// executor (the oracle: slow, bit-exact, no GPU needed).
+enum class Backend { gpu, cpu };
+
+// Plan::check's answer: can this GPU run the plan, and if not, why.
+struct Preflight {
+  bool ok = false;
+  std::string reason;                   // empty when ok
+  std::string device;                   // "NVIDIA H100 80GB HBM3"
+  std::string arch;                     // the device's, "sm_90"
+  std::vector<std::string> plan_archs;  // the plan's cubins
+  std::string cublaslt_version;         // the loaded library's
+  int64_t bytes_needed = 0;             // constants + one session's arena and GEMM workspace
+  int64_t bytes_free = 0;
+};
+
+// One tensor's data buffer: for a Session, in its memory (device for gpu, host for cpu),
+// in the tensor's dtype (bf16 as 2-byte words, ...); described only for a Plan.
 struct TensorView {
   std::string name;
   std::string dtype;  // "bf16", "fp32", "fp8_e4m3", ...
@@ -67,27 +81,41 @@ class Plan {
   // Inputs and outputs of a profile (the first when `dims` is empty).
   Result<std::vector<TensorView>> inputs(const std::map<std::string, int64_t>& dims = {}) const;
   Result<std::vector<TensorView>> outputs(const std::map<std::string, int64_t>& dims = {}) const;
+  // Before any allocation or upload: whether CUDA device `device` can run the plan (a GPU
+  // code path, a cubin for its arch, enough free memory), with what it found.
+  Result<Preflight> check(int device = 0) const;
 
  private:
   friend class Session;
   std::shared_ptr<const plan::Plan> plan_;
 };
 
-// One arena, its CUDA graph and its cuBLASLt state, on the current device. Sessions of one
-// plan on one device share the uploaded constants. Not for concurrent use: one per thread.
+// One arena and what runs on it: on the GPU (current device) its CUDA graph and cuBLASLt
+// state, sessions of one plan on one device sharing the uploaded constants; on the CPU the
+// reference executor. Not for concurrent use: one per thread. Copies share the session.
 class Session {
  public:
-  static Result<Session> create(const Plan& plan, const std::map<std::string, int64_t>& dims = {});
-  // One cudaGraphLaunch on `stream`; results are ready when the stream is.
-  Status run(cudaStream_t stream);
-  // Launch by launch (debugging, per-step timing).
-  Status run_eager(cudaStream_t stream);
-  // Device views of an input (to fill) and an output (to read).
+  static Result<Session> create(const Plan& plan, const std::map<std::string, int64_t>& dims = {},
+                                Backend backend = Backend::gpu);
+  // GPU: one cudaGraphLaunch on `stream`; results are ready when the stream is. CPU: runs
+  // on the calling thread and returns when done (`stream` is ignored).
+  Status run(cudaStream_t stream = nullptr);
+  // GPU: launch by launch (debugging, per-step timing). CPU: the same as run.
+  Status run_eager(cudaStream_t stream = nullptr);
+  // Views of an input (to fill) and an output (to read), in the backend's memory.
   Result<TensorView> input(const std::string& name) const;
   Result<TensorView> output(const std::string& name) const;
+  // Delayed-scaling state (every amax history and scale) as bytes, e.g. to checkpoint it;
+  // set_state restores it into a session of the same plan and profile, on either backend.
+  // Plans without delayed scaling have an empty state.
+  Result<std::vector<uint8_t>> state() const;
+  Status set_state(const std::vector<uint8_t>& bytes);
+  Backend backend() const;
 
  private:
-  std::shared_ptr<runtime::Session> session_;
+  struct Impl;
+  Result<TensorView> view(bool input, const std::string& name) const;
+  std::shared_ptr<Impl> impl_;
 };
 
 }  // namespace tec

@@ -29,6 +29,8 @@ class Session {
   // A tensor with storage, decoded to float (quantized tensors are dequantized).
   HostTensor read(const std::string& tensor) const;
   const std::vector<uint8_t>& arena() const { return arena_; }
+  // One arena buffer's bytes, in place (the embedding API's host views).
+  std::span<uint8_t> buffer_bytes(int index) { return bytes_of(profile_.buffers.at(static_cast<size_t>(index))); }
   // The whole arena, e.g. a GPU arena's bytes, to run one step from (GPU verification).
   void set_arena(std::span<const uint8_t> bytes);
   // One step alone, without poisoning or the delayed-scaling update.

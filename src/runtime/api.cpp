@@ -2,8 +2,11 @@
 #include "tec/runtime.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
+#include "core/hash.h"
+#include "reference/executor.h"
 #include "runtime/session.h"
 
 namespace tec {
@@ -79,56 +82,159 @@ Result<std::vector<TensorView>> Plan::outputs(const std::map<std::string, int64_
   });
 }
 
-Result<Session> Session::create(const Plan& plan, const std::map<std::string, int64_t>& dims) {
+Result<Preflight> Plan::check(int device) const {
+  return guarded([&]() -> Result<Preflight> {
+    TEC_USAGE_CHECK(plan_ != nullptr, {}) << "no plan loaded";
+    return runtime::preflight(*plan_, device);
+  });
+}
+
+struct Session::Impl {
+  std::shared_ptr<const plan::Plan> plan;  // keeps the plan alive for the backends' references
+  const plan::Profile* profile = nullptr;
+  std::unique_ptr<runtime::Session> gpu;
+  std::unique_ptr<reference::Session> cpu;
+
+  void* address(int buffer) { return gpu ? gpu->address(buffer) : cpu->buffer_bytes(buffer).data(); }
+  std::vector<int> state_buffers() const {
+    std::vector<int> out;
+    for (size_t i = 0; i < profile->buffers.size(); ++i)
+      if (!profile->buffers[i].state.empty()) out.push_back(static_cast<int>(i));
+    return out;
+  }
+};
+
+Result<Session> Session::create(const Plan& plan, const std::map<std::string, int64_t>& dims, Backend backend) {
   return guarded([&]() -> Result<Session> {
     TEC_USAGE_CHECK(plan.plan_ != nullptr, {}) << "no plan loaded";
+    auto impl = std::make_shared<Impl>();
+    impl->plan = plan.plan_;
+    impl->profile = &pick(*plan.plan_, dims);
+    if (backend == Backend::gpu) impl->gpu = std::make_unique<runtime::Session>(plan.plan_, *impl->profile);
+    else impl->cpu = std::make_unique<reference::Session>(*plan.plan_, *impl->profile);
     Session s;
-    s.session_ = std::make_shared<runtime::Session>(plan.plan_, pick(*plan.plan_, dims));
+    s.impl_ = std::move(impl);
     return s;
   });
 }
 
+Backend Session::backend() const { return impl_ && impl_->cpu ? Backend::cpu : Backend::gpu; }
+
 Status Session::run(cudaStream_t stream) {
   return guarded([&] {
-    TEC_USAGE_CHECK(session_ != nullptr, {}) << "no session";
-    session_->run(stream);
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    if (impl_->gpu) impl_->gpu->run(stream);
+    else impl_->cpu->run();
     return Status{};
   });
 }
 
 Status Session::run_eager(cudaStream_t stream) {
   return guarded([&] {
-    TEC_USAGE_CHECK(session_ != nullptr, {}) << "no session";
-    session_->run_eager(stream);
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    if (impl_->gpu) impl_->gpu->run_eager(stream);
+    else impl_->cpu->run();
     return Status{};
   });
 }
 
 namespace {
 
-// The device view of `name` if it is one of `names` (the profile's inputs or outputs).
-Result<TensorView> device_view(const runtime::Session* session, const std::vector<std::string> plan::Profile::*names,
-                               const std::string& name, const char* what) {
-  return guarded([&]() -> Result<TensorView> {
-    TEC_USAGE_CHECK(session != nullptr, {}) << "no session";
-    const plan::Profile& p = session->profile();
-    const auto& list = p.*names;
-    TEC_USAGE_CHECK(std::find(list.begin(), list.end(), name) != list.end(), (ErrorContext{"runtime", name, "", ""}))
-        << "the plan has no " << what << " '" << name << "'";
-    TensorView v = views(p, {name}).at(0);
-    v.data = session->address(p.tensors.at(name).buffers.at(BufferRole::data));
-    return v;
-  });
+// The state format: "TECSTATE", u32 version 1, u32 count, then per buffer u32 name length,
+// the name, u64 size, the bytes; then a checksum64 of everything before it.
+constexpr char kStateMagic[8] = {'T', 'E', 'C', 'S', 'T', 'A', 'T', 'E'};
+
+template <typename T>
+void put(std::vector<uint8_t>& out, T value) {
+  const auto* p = reinterpret_cast<const uint8_t*>(&value);
+  out.insert(out.end(), p, p + sizeof value);
 }
 
 }  // namespace
 
-Result<TensorView> Session::input(const std::string& name) const {
-  return device_view(session_.get(), &plan::Profile::inputs, name, "input");
+// The view of `name` if it is one of the profile's inputs (or outputs).
+Result<TensorView> Session::view(bool input, const std::string& name) const {
+  return guarded([&]() -> Result<TensorView> {
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    const plan::Profile& p = *impl_->profile;
+    const auto& list = input ? p.inputs : p.outputs;
+    TEC_USAGE_CHECK(std::find(list.begin(), list.end(), name) != list.end(), (ErrorContext{"runtime", name, "", ""}))
+        << "the plan has no " << (input ? "input" : "output") << " '" << name << "'";
+    TensorView v = views(p, {name}).at(0);
+    v.data = impl_->address(p.tensors.at(name).buffers.at(BufferRole::data));
+    return v;
+  });
 }
 
-Result<TensorView> Session::output(const std::string& name) const {
-  return device_view(session_.get(), &plan::Profile::outputs, name, "output");
+Result<TensorView> Session::input(const std::string& name) const { return view(true, name); }
+Result<TensorView> Session::output(const std::string& name) const { return view(false, name); }
+
+Result<std::vector<uint8_t>> Session::state() const {
+  return guarded([&]() -> Result<std::vector<uint8_t>> {
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    std::vector<uint8_t> out(kStateMagic, kStateMagic + 8);
+    const std::vector<int> buffers = impl_->state_buffers();
+    put<uint32_t>(out, 1);
+    put<uint32_t>(out, static_cast<uint32_t>(buffers.size()));
+    for (int index : buffers) {
+      const plan::Buffer& b = impl_->profile->buffers[static_cast<size_t>(index)];
+      put<uint32_t>(out, static_cast<uint32_t>(b.name.size()));
+      out.insert(out.end(), b.name.begin(), b.name.end());
+      put<uint64_t>(out, static_cast<uint64_t>(b.bytes));
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(b.bytes));
+      if (impl_->gpu) impl_->gpu->download(index, out.data() + at, static_cast<size_t>(b.bytes), nullptr);
+      else std::memcpy(out.data() + at, impl_->cpu->buffer_bytes(index).data(), static_cast<size_t>(b.bytes));
+    }
+    put<uint64_t>(out, checksum64(out));
+    return out;
+  });
+}
+
+Status Session::set_state(const std::vector<uint8_t>& bytes) {
+  return guarded([&] {
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    const ErrorContext ctx{"runtime", "", "", "state"};
+    // Every field is checked before anything is written: a bad state changes nothing.
+    size_t at = 0;
+    auto take = [&](size_t n) {
+      TEC_USER_CHECK(n <= bytes.size() - 8 - at, ctx) << "truncated state (" << bytes.size() << " bytes)";
+      const uint8_t* p = bytes.data() + at;
+      at += n;
+      return p;
+    };
+    auto get = [&]<typename T>(T) {
+      T v;
+      std::memcpy(&v, take(sizeof v), sizeof v);
+      return v;
+    };
+    TEC_USER_CHECK(bytes.size() >= 8 + 8 + 8 && std::memcmp(bytes.data(), kStateMagic, 8) == 0, ctx)
+        << "not a tec session state (no TECSTATE header)";
+    uint64_t sum = 0;
+    std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
+    TEC_USER_CHECK(sum == checksum64(std::span(bytes.data(), bytes.size() - 8)), ctx) << "state checksum mismatch: the bytes are corrupted";
+    take(8);
+    TEC_USER_CHECK(get(uint32_t{}) == 1, ctx) << "unknown state version";
+    const std::vector<int> buffers = impl_->state_buffers();
+    const uint32_t count = get(uint32_t{});
+    TEC_USER_CHECK(count == buffers.size(), ctx) << "the state has " << count << " buffers, this session's profile " << buffers.size();
+    std::vector<std::pair<int, const uint8_t*>> writes;
+    for (int index : buffers) {
+      const plan::Buffer& b = impl_->profile->buffers[static_cast<size_t>(index)];
+      const uint32_t length = get(uint32_t{});
+      const std::string name(reinterpret_cast<const char*>(take(length)), length);
+      TEC_USER_CHECK(name == b.name, ctx) << "state buffer '" << name << "' where this profile has '" << b.name << "'";
+      TEC_USER_CHECK(get(uint64_t{}) == static_cast<uint64_t>(b.bytes), ctx) << "state buffer '" << name << "' has the wrong size";
+      writes.emplace_back(index, take(static_cast<size_t>(b.bytes)));
+    }
+    TEC_USER_CHECK(at == bytes.size() - 8, ctx) << "trailing bytes after the state";
+    for (const auto& [index, data] : writes) {
+      const size_t n = static_cast<size_t>(impl_->profile->buffers[static_cast<size_t>(index)].bytes);
+      if (impl_->gpu) impl_->gpu->upload(index, data, n, nullptr);
+      else std::memcpy(impl_->cpu->buffer_bytes(index).data(), data, n);
+    }
+    return Status{};
+  });
 }
 
 }  // namespace tec

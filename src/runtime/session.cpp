@@ -460,6 +460,48 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
   }
 }
 
+tec::Preflight preflight(const plan::Plan& plan, int device) {
+  tec::Preflight out;
+  out.plan_archs = plan.archs;
+  out.cublaslt_version = cublaslt_version();
+  int64_t arena = 0;
+  for (const auto& p : plan.profiles) arena = std::max(arena, p.arena_bytes);
+  out.bytes_needed = static_cast<int64_t>(plan.constants.size()) + arena + static_cast<int64_t>(kCublasWorkspaceBytes);
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    out.reason = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+    return out;
+  }
+  if (device < 0 || device >= count) {
+    out.reason = "no CUDA device " + std::to_string(device) + " (there are " + std::to_string(count) + ")";
+    return out;
+  }
+  cudaDeviceProp prop{};
+  TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
+  out.device = prop.name;
+  out.arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
+  int previous = 0;
+  TEC_CUDA(cudaGetDevice(&previous), "");
+  TEC_CUDA(cudaSetDevice(device), "");
+  size_t free_bytes = 0, total = 0;
+  const cudaError_t mem = cudaMemGetInfo(&free_bytes, &total);
+  cudaSetDevice(previous);
+  TEC_CUDA(mem, "");
+  out.bytes_free = static_cast<int64_t>(free_bytes);
+  const auto gpu_less = std::find_if(plan.profiles.begin(), plan.profiles.end(), [](const plan::Profile& p) { return !p.gpu_supported; });
+  if (gpu_less != plan.profiles.end())
+    out.reason = "the plan has no GPU code: " + gpu_less->gpu_reason;
+  else if (!plan.modules.empty() && std::find(plan.archs.begin(), plan.archs.end(), out.arch) == plan.archs.end())
+    out.reason = "this GPU is " + out.arch + " and the plan has no kernels for it; recompile with te-compile --arch " + out.arch;
+  else if (out.bytes_needed > out.bytes_free)
+    out.reason = "not enough free device memory: " + std::to_string(out.bytes_needed) + " bytes needed, " +
+                 std::to_string(out.bytes_free) + " free";
+  out.ok = out.reason.empty();
+  return out;
+}
+
 void Session::upload(int buffer, const void* host, size_t bytes, cudaStream_t stream) {
   const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(buffer));
   TEC_USER_CHECK(b.region != "constants" && bytes <= static_cast<size_t>(b.bytes), ctx(b.name)) << "cannot write " << bytes << " bytes to " << b.name;

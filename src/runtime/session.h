@@ -12,6 +12,7 @@
 #include <string>
 
 #include "plan/plan.h"
+#include "tec/runtime.h"
 
 namespace tec::runtime {
 
@@ -75,5 +76,8 @@ class Session {
 
 // "13.1.0" style: the cuBLASLt that tuned algorithms belong to.
 std::string cublaslt_version();
+
+// Plan::check: device properties and free memory, nothing allocated for the plan.
+tec::Preflight preflight(const plan::Plan& plan, int device);
 
 }  // namespace tec::runtime
