@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "npy_min.h"
+#include "../../examples/embed/npy_min.h"
 #include "tec/tec_c.h"
 
 static int failures = 0;

@@ -1,0 +1,20 @@
+# The installed package works from outside the source tree: install to a temporary prefix,
+# build examples/embed against it with find_package(tec), and serve requests on the CPU.
+# -DBUILD_DIR -DSOURCE_DIR -DWORK_DIR -DFIXTURE
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message("${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}")
+  endif()
+endfunction()
+file(REMOVE_RECURSE ${WORK_DIR})
+run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
+foreach(f include/tec/runtime.h include/tec/tec_c.h lib/libtec_runtime.so bin/te-compile bin/te-run lib/cmake/tec/tecConfig.cmake)
+  if(NOT EXISTS ${WORK_DIR}/prefix/${f})
+    message(FATAL_ERROR "the install has no ${f}")
+  endif()
+endforeach()
+run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/embed -B ${WORK_DIR}/embed -G Ninja -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix)
+run(${CMAKE_COMMAND} --build ${WORK_DIR}/embed)
+run(${WORK_DIR}/embed/embed_service ${FIXTURE}/plan.teplan ${FIXTURE}/x.npy ${FIXTURE}/y.npy --threads 4 --requests 32 --backend cpu)
