@@ -224,3 +224,21 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
 }
 
 }  // namespace tec
+
+namespace tec {
+
+// Every ONNX input the fuzzer (tests/fuzz/onnx_frontend_fuzz.cpp) ever crashed us with lives
+// in tests/fuzz/regressions/*.onnx and must now import or give a tec::Error.
+TEST_CASE("ONNX fuzzer findings stay fixed: each regression model imports or gives a clear error") {
+  for (const auto& entry : std::filesystem::directory_iterator(test::source_dir() + "/tests/fuzz/regressions")) {
+    if (entry.path().extension() != ".onnx") continue;
+    CAPTURE(entry.path().string());
+    try {
+      (void)import_bytes(test::read_text(entry.path().string()));
+    } catch (const Error& e) {
+      CHECK_FALSE(std::string(e.what()).empty());
+    }
+  }
+}
+
+}  // namespace tec

@@ -1,7 +1,7 @@
 # Seed corpora for the fuzz targets, made from the examples by the tools under test:
-# cmake -DTE_COMPILE=... -DTE_RUN=... -DSOURCE_DIR=... -DOUT=... -P make_seeds.cmake
+# cmake -DTE_COMPILE=... -DTE_RUN=... -DPYTHON=... -DSOURCE_DIR=... -DOUT=... -P make_seeds.cmake
 file(REMOVE_RECURSE ${OUT})
-file(MAKE_DIRECTORY ${OUT}/json_frontend ${OUT}/plan_container ${OUT}/plan_manifest ${OUT}/npy)
+file(MAKE_DIRECTORY ${OUT}/json_frontend ${OUT}/plan_container ${OUT}/plan_manifest ${OUT}/npy ${OUT}/onnx_frontend)
 file(GLOB examples ${SOURCE_DIR}/examples/*.json ${SOURCE_DIR}/tests/fuzz/regressions/*.json)
 file(COPY ${examples} DESTINATION ${OUT}/json_frontend)
 foreach(recipe bf16 fp8-delayed mxfp8 nvfp4 fp8-block)
@@ -21,4 +21,14 @@ execute_process(COMMAND ${TE_RUN} ${OUT}/plan_container/mlp_tiny_bf16.teplan --b
                 OUTPUT_QUIET RESULT_VARIABLE rc2)
 if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
   message(FATAL_ERROR "making the manifest or npy seeds failed")
+endif()
+# ONNX: small generated models (the exported examples are too large to mutate quickly) and
+# every ONNX regression.
+file(GLOB onnx_regressions ${SOURCE_DIR}/tests/fuzz/regressions/*.onnx)
+if(onnx_regressions)
+  file(COPY ${onnx_regressions} DESTINATION ${OUT}/onnx_frontend)
+endif()
+execute_process(COMMAND ${PYTHON} ${SOURCE_DIR}/tests/fuzz/onnx_seeds.py ${OUT}/onnx_frontend OUTPUT_QUIET RESULT_VARIABLE rc3)
+if(NOT rc3 EQUAL 0)
+  message(FATAL_ERROR "making the ONNX seeds failed (needs the Python package onnx: .ci/install-deps.sh)")
 endif()
