@@ -3,7 +3,7 @@
 #   bash tests/gpu/sanitize.sh BUILD_DIR OUT_DIR
 # Compiles examples/mlp_tiny.json under every recipe and swiglu_mlp.json, runs each plan with
 # te-run (2 graph replays and the eager path) under memcheck (with leak check), racecheck,
-# initcheck and synccheck, and parses each tool's "ERROR SUMMARY: N errors" line. Exits 1 if
+# initcheck and synccheck, and parses each tool's summary line. Exits 1 if
 # any tool reports an error or prints no summary.
 set -uo pipefail
 build=$1 out=$2
@@ -20,7 +20,10 @@ for model in mlp_tiny:bf16 mlp_tiny:fp8-current mlp_tiny:fp8-delayed mlp_tiny:fp
     [ "$tool" = memcheck ] && extra=(--leak-check full)
     log="$out/$name.$recipe.$tool.log"
     "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 0 "$build/cli/te-run" "$plan" --iterations 2 --warmup 0 > "$log" 2>&1
-    errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error" "$log" | tail -1 | grep -oE "[0-9]+")
+    # memcheck, initcheck, synccheck: "ERROR SUMMARY: N errors"; racecheck: "RACECHECK
+    # SUMMARY: H hazards displayed (N errors, W warnings)".
+    errors=$(grep -oE "ERROR SUMMARY: [0-9]+ error|RACECHECK SUMMARY: .*\(([0-9]+) error" "$log" | tail -1 |
+             grep -oE "[0-9]+ error" | grep -oE "[0-9]+")
     if [ -z "$errors" ]; then errors="no summary"; failed=1; elif [ "$errors" != 0 ]; then failed=1; fi
     printf "%-28s %-10s %s\n" "$name.$recipe" "$tool" "$errors"
   done
