@@ -311,7 +311,13 @@ class Importer {
   // A value read by exactly one node, and not a graph output: a pattern may swallow it.
   bool internal(const std::string& v) const { return consumers_of(v).size() == 1 && !outputs_.count(v); }
   bool free_node(int i) const { return i >= 0 && group_of_[static_cast<size_t>(i)] < 0 && !constant_node_[static_cast<size_t>(i)]; }
-  bool is_op(int i, const char* op) const { return free_node(i) && node(i).op_type == op; }
+  // A free node of this op type with the inputs and outputs the patterns index (a hostile
+  // model may declare a MatMul with one input: the ONNX fuzzer's first finding).
+  bool is_op(int i, const char* op) const {
+    if (!free_node(i) || node(i).op_type != op || node(i).outputs.empty() || node(i).inputs.empty()) return false;
+    static const std::set<std::string> binary = {"MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Gemm"};
+    return node(i).inputs.size() >= 2 || !binary.count(op);
+  }
   // The single consumer of v if it is a free `op` node.
   int sole_consumer(const std::string& v, const char* op) const {
     if (!internal(v)) return -1;
