@@ -1106,7 +1106,14 @@ class Importer {
     const std::string out = n.outputs.empty() ? "" : n.outputs[0];
     auto in0 = [&] { return runtime(e, n.inputs.at(0), n); };
     auto shape0 = [&] { return e.g.value(in0()).proto.shape; };
-    if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) return emit_binary(e, n, it->second);
+    if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) {
+      // A hostile model may declare a binary op with one input (an ONNX fuzzer finding).
+      if (n.inputs.size() != 2 || n.outputs.empty())
+        throw Error(ErrorKind::invalid_input, ErrorContext{"onnx", n.name, op, ""},
+                    op + " needs 2 inputs and 1 output, has " + std::to_string(n.inputs.size()) + " and " +
+                        std::to_string(n.outputs.size()));
+      return emit_binary(e, n, it->second);
+    }
     if (auto it = onnx::kUnaryFunctions.find(op); it != onnx::kUnaryFunctions.end()) {
       e.runtime[out] = emit(e, n, "unary", {in0()}, fn_attr(it->second), {}, out);
       return;
