@@ -227,7 +227,11 @@ int main(int argc, char** argv) {
   if (onnx_ops) {
     nlohmann::json ops = nlohmann::json::array();
     for (const auto& c : tec::onnx_op_claims())
-      ops.push_back({{"op", c.op}, {"since_opset", c.since_opset}, {"constant_inputs", c.constant_inputs}, {"limits", c.limits}});
+      ops.push_back({{"op", c.op},
+                    {"since_opset", c.since_opset},
+                    {"inputs", {c.min_inputs, c.max_inputs == tec::kVariadicInputs ? nlohmann::json() : nlohmann::json(c.max_inputs)}},
+                    {"constant_inputs", c.constant_inputs},
+                    {"limits", c.limits}});
     std::cout << nlohmann::json{{"opsets", {tec::onnx::kMinOpset, tec::onnx::kMaxOpset}}, {"ops", ops}}.dump(2) << "\n";
     return 0;
   }

@@ -69,18 +69,26 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
   return blob;
 }
 
+// A file as make and ninja see it: a changed file has a new size or modification time.
+std::optional<json> file_stamp(const std::filesystem::path& path) {
+  std::error_code ec;
+  const auto absolute = std::filesystem::canonical(path, ec);
+  if (ec) return std::nullopt;
+  const auto size = std::filesystem::file_size(absolute, ec);
+  if (ec) return std::nullopt;
+  const auto time = std::filesystem::last_write_time(absolute, ec);
+  if (ec) return std::nullopt;
+  return json{absolute.string(), size, time.time_since_epoch().count()};
+}
+
 // Everything that decides the constants blob's bytes, for the cache key: the layout of the
 // constants region, every weight's tensor description and where its values come from, and
 // the te-compile binary itself (so that a rebuilt quantizer never reads an older entry).
+// Empty when a file cannot be stamped: then nothing is cached.
 std::string constants_cache_key(const CompiledProfile& p) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
-  const auto self_time = ec ? fs::file_time_type{} : fs::last_write_time(self, ec);
-  json key{{"cache", "tec constants v1"},
-           {"binary", {self.string(), ec ? 0 : fs::file_size(self, ec), self_time.time_since_epoch().count()}},
-           {"sm", p.graph.target.sm},
-           {"bytes", p.memory.constant_bytes}};
+  const std::optional<json> binary = file_stamp("/proc/self/exe");
+  if (!binary) return "";
+  json key{{"cache", "tec constants v1"}, {"binary", *binary}, {"sm", p.graph.target.sm}, {"bytes", p.memory.constant_bytes}};
   for (const PlannedBuffer& b : p.memory.buffers)
     if (b.region == Region::constants)
       key["buffers"].push_back({b.name, b.tensor, to_string(b.role), to_string(b.dtype), b.shape.dims, b.offset, b.bytes});
@@ -91,11 +99,9 @@ std::string constants_cache_key(const CompiledProfile& p) {
     switch (src.kind) {
       case WeightSource::Kind::random: source = {"random", src.seed, src.mean, src.stddev}; break;
       case WeightSource::Kind::file: {
-        // A changed file has a new size or modification time (as make and ninja assume).
-        const fs::path path = fs::absolute(src.path, ec);
-        const auto time = fs::last_write_time(path, ec);
-        source = {"file", path.string(), fs::file_size(path, ec), time.time_since_epoch().count(), src.tensor,
-                  to_string(src.file_dtype), src.file_offset};
+        const std::optional<json> stamp = file_stamp(src.path);
+        if (!stamp) return "";
+        source = {"file", *stamp, src.tensor, to_string(src.file_dtype), src.file_offset};
         break;
       }
       case WeightSource::Kind::values:
@@ -266,7 +272,7 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
   // Small constants build in milliseconds; caching them would only fill the disk.
   constexpr int64_t kCacheFrom = int64_t{16} << 20;
   const std::string cached = constants_cache_key(profiles[0]);
-  const std::string dir = profiles[0].memory.constant_bytes >= kCacheFrom ? cache_dir : "";
+  const std::string dir = profiles[0].memory.constant_bytes >= kCacheFrom && !cached.empty() ? cache_dir : "";
   std::optional<std::vector<uint8_t>> constants = cache_read(dir, cached);
   parts.constants_from_cache = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
   if (!parts.constants_from_cache) {

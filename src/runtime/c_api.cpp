@@ -70,10 +70,18 @@ bool valid_profile(const tec_plan* plan, int profile) {
   return plan && profile >= 0 && static_cast<size_t>(profile) < plan->profiles.size();
 }
 
-tec_status tensor_of(const std::vector<std::vector<tec::TensorView>>& lists, const tec_plan* plan, int profile, int index,
-                     tec_tensor* tensor) {
+// The plan's inputs or outputs (`lists`) of one profile.
+using TensorLists = std::vector<std::vector<tec::TensorView>> tec_plan::*;
+
+tec_status count_of(TensorLists lists, const tec_plan* plan, int profile, int* count) {
+  if (!valid_profile(plan, profile) || !count) return usage("null handle or no such profile");
+  *count = static_cast<int>((plan->*lists)[static_cast<size_t>(profile)].size());
+  return ok();
+}
+
+tec_status tensor_of(TensorLists lists, const tec_plan* plan, int profile, int index, tec_tensor* tensor) {
   if (!valid_profile(plan, profile) || !tensor) return usage("null handle or no such profile");
-  const auto& list = lists[static_cast<size_t>(profile)];
+  const auto& list = (plan->*lists)[static_cast<size_t>(profile)];
   if (index < 0 || static_cast<size_t>(index) >= list.size()) return usage("tensor index out of range");
   fill(list[static_cast<size_t>(index)], tensor);
   return ok();
@@ -123,25 +131,19 @@ tec_status tec_plan_profile_dim(const tec_plan* plan, int profile, int index, co
 }
 
 tec_status tec_plan_input_count(const tec_plan* plan, int profile, int* count) {
-  if (!valid_profile(plan, profile) || !count) return usage("null handle or no such profile");
-  *count = static_cast<int>(plan->inputs[static_cast<size_t>(profile)].size());
-  return ok();
+  return count_of(&tec_plan::inputs, plan, profile, count);
 }
 
 tec_status tec_plan_input(const tec_plan* plan, int profile, int index, tec_tensor* tensor) {
-  if (!plan) return usage("null plan");
-  return tensor_of(plan->inputs, plan, profile, index, tensor);
+  return tensor_of(&tec_plan::inputs, plan, profile, index, tensor);
 }
 
 tec_status tec_plan_output_count(const tec_plan* plan, int profile, int* count) {
-  if (!valid_profile(plan, profile) || !count) return usage("null handle or no such profile");
-  *count = static_cast<int>(plan->outputs[static_cast<size_t>(profile)].size());
-  return ok();
+  return count_of(&tec_plan::outputs, plan, profile, count);
 }
 
 tec_status tec_plan_output(const tec_plan* plan, int profile, int index, tec_tensor* tensor) {
-  if (!plan) return usage("null plan");
-  return tensor_of(plan->outputs, plan, profile, index, tensor);
+  return tensor_of(&tec_plan::outputs, plan, profile, index, tensor);
 }
 
 tec_status tec_session_create(const tec_plan* plan, int profile, tec_backend backend, tec_session** session) {

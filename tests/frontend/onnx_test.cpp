@@ -101,6 +101,17 @@ TEST_CASE("random bytes are not an ONNX model") {
   }
 }
 
+TEST_CASE("a node outside its op's arity is named before anything reads its inputs") {
+  auto m = valid_model();
+  m.mutable_graph()->mutable_node(0)->mutable_input()->RemoveLast();  // MatMul(x)
+  m.mutable_graph()->mutable_node(1)->add_input("x");                 // Relu(h, x)
+  const Error e = test::error_of([&] { (void)import_bytes(bytes_of(m)); });
+  CHECK(std::string(e.what()).find("2 node(s)") != std::string::npos);
+  CHECK(std::string(e.what()).find("node 'fc' (MatMul, opset 21): MatMul takes 2 inputs and at least 1 output, this one has 1") !=
+        std::string::npos);
+  CHECK(std::string(e.what()).find("node 'act' (Relu, opset 21): Relu takes 1 inputs") != std::string::npos);
+}
+
 TEST_CASE("a graph with a cycle is named as one") {
   auto m = valid_model();
   m.mutable_graph()->mutable_node(0)->set_input(0, "y");  // fc reads act's output, act reads fc's

@@ -6,22 +6,11 @@
 
 #include "frontend/onnx/onnx_import.h"
 #include "frontend/onnx/onnx_model.h"
-#include "passes/memory_plan.h"
-#include "passes/passes.h"
+#include "fuzz_passes.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    const tec::onnx::Model model = tec::onnx::parse_model(data, size, "fuzz.onnx", "/nonexistent");
-    tec::FrontendOptions options;
-    for (tec::Graph& g : tec::import_onnx(model, options).graphs) {
-      // Cap the work per input: shapes may be legal but huge.
-      int64_t elements = 0;
-      for (const auto& v : g.values) elements += v.proto.shape.numel();
-      if (elements > (int64_t{1} << 22)) continue;
-      g = tec::usage(tec::meta(tec::apply_recipe(std::move(g))));
-      const tec::Schedule s = tec::schedule(g, tec::fusion(g));
-      (void)tec::memory_plan(g, s);
-    }
+    tec::fuzz::run_passes(tec::import_onnx(tec::onnx::parse_model(data, size, "fuzz.onnx", "/nonexistent"), {}).graphs, int64_t{1} << 22);
   } catch (const tec::Error&) {
   }
   return 0;

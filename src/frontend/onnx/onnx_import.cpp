@@ -30,41 +30,41 @@ using onnx::tec_dtype;
 using onnx::unsqueeze_dims;
 
 const std::vector<OnnxOpClaim> kClaims = {
-    {"MatMul", 13, {}, "float tensors; a constant 2-D B becomes a TE linear (GPU), anything else a general matmul (CPU reference)"},
-    {"Gemm", 13, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
+    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear (GPU), anything else a general matmul (CPU reference)"},
+    {"Gemm", 13, 2, 3, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
                      "other forms run as transpose/matmul/scale/add on the CPU reference"},
-    {"Add", 13, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
+    {"Add", 13, 2, 2, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
                     "broadcasts a general add (CPU reference)"},
-    {"Sub", 13, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside a LayerNorm pattern)"},
-    {"Mul", 13, {}, "float tensors; by a constant scalar becomes scale, otherwise numpy broadcasting (CPU reference)"},
-    {"Div", 13, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside GELU/LayerNorm patterns)"},
-    {"Relu", 13, {}, "float tensors"},
-    {"Gelu", 20, {}, "approximate 'none' (erf) or 'tanh'"},
-    {"Sigmoid", 13, {}, "float tensors (CPU reference; GPU as x*sigmoid(x) = silu)"},
-    {"Tanh", 13, {}, "float tensors (CPU reference; GPU inside the GELU tanh pattern)"},
-    {"Erf", 13, {}, "float tensors (CPU reference; GPU inside the GELU erf pattern)"},
-    {"Sqrt", 13, {}, "float tensors (CPU reference; GPU inside norm patterns)"},
-    {"Reciprocal", 13, {}, "float tensors (CPU reference; GPU inside the RMSNorm pattern)"},
-    {"Neg", 13, {}, "float tensors (CPU reference)"},
-    {"Pow", 13, {}, "float tensors, float exponent (CPU reference; GPU inside GELU/norm patterns)"},
-    {"ReduceMean", 13, {1}, "float tensors; axes constant (CPU reference; GPU inside norm patterns)"},
-    {"LayerNormalization", 17, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops (CPU reference)"},
-    {"RMSNormalization", 23, {1}, "Scale constant"},
-    {"Reshape", 13, {1}, "shape constant"},
-    {"Flatten", 13, {}, ""},
-    {"Transpose", 13, {}, "float tensors (CPU reference)"},
-    {"Squeeze", 13, {1}, "axes constant"},
-    {"Unsqueeze", 13, {1}, "axes constant"},
-    {"Identity", 13, {}, "tensors only"},
-    {"Cast", 13, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (CPU reference); any type in constant subgraphs"},
-    {"Constant", 13, {}, ""},
-    {"Shape", 13, {}, "folded: tec fixes every shape per profile"},
-    {"Gather", 13, {}, "only where it computes a constant (shape arithmetic)"},
-    {"Concat", 13, {}, "only where it computes a constant (shape arithmetic)"},
-    {"QuantizeLinear", 13, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
+    {"Sub", 13, 2, 2, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside a LayerNorm pattern)"},
+    {"Mul", 13, 2, 2, {}, "float tensors; by a constant scalar becomes scale, otherwise numpy broadcasting (CPU reference)"},
+    {"Div", 13, 2, 2, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside GELU/LayerNorm patterns)"},
+    {"Relu", 13, 1, 1, {}, "float tensors"},
+    {"Gelu", 20, 1, 1, {}, "approximate 'none' (erf) or 'tanh'"},
+    {"Sigmoid", 13, 1, 1, {}, "float tensors (CPU reference; GPU as x*sigmoid(x) = silu)"},
+    {"Tanh", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the GELU tanh pattern)"},
+    {"Erf", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the GELU erf pattern)"},
+    {"Sqrt", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside norm patterns)"},
+    {"Reciprocal", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the RMSNorm pattern)"},
+    {"Neg", 13, 1, 1, {}, "float tensors (CPU reference)"},
+    {"Pow", 13, 2, 2, {}, "float tensors, float exponent (CPU reference; GPU inside GELU/norm patterns)"},
+    {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (CPU reference; GPU inside norm patterns)"},
+    {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops (CPU reference)"},
+    {"RMSNormalization", 23, 2, 2, {1}, "Scale constant"},
+    {"Reshape", 13, 2, 2, {1}, "shape constant"},
+    {"Flatten", 13, 1, 1, {}, ""},
+    {"Transpose", 13, 1, 1, {}, "float tensors (CPU reference)"},
+    {"Squeeze", 13, 1, 2, {1}, "axes constant"},
+    {"Unsqueeze", 13, 1, 2, {1}, "axes constant"},
+    {"Identity", 13, 1, 1, {}, "tensors only"},
+    {"Cast", 13, 1, 1, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (CPU reference); any type in constant subgraphs"},
+    {"Constant", 13, 0, 0, {}, ""},
+    {"Shape", 13, 1, 1, {}, "folded: tec fixes every shape per profile"},
+    {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
+    {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic)"},
+    {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
                                    "chooses the recipe: a scalar scale fp8-current, block_size 128 fp8-block, block_size 32 "
                                    "with E8M0 scales mxfp8. tec recomputes the scales from amax"},
-    {"DequantizeLinear", 13, {1, 2}, "on a constant (stored FP8/INT8 weights, folded), or closing a Q->DQ pair"},
+    {"DequantizeLinear", 13, 2, 3, {1, 2}, "on a constant (stored FP8/INT8 weights, folded), or closing a Q->DQ pair"},
 };
 
 const OnnxOpClaim* find_claim(const std::string& op) {
@@ -105,6 +105,7 @@ class Importer {
     index_values();
     order_nodes();
     check_claims();
+    if (malformed_) throw_problems();
     find_constants();
     fold_known_constants();
     find_patterns();
@@ -232,6 +233,19 @@ class Importer {
         problem(n, "op " + n.op_type + " is not supported (te-compile --onnx-ops lists what is)");
         continue;
       }
+      // Every later stage indexes inputs and outputs: a node outside its op's arity stops the
+      // import here (with the other such nodes, in one error).
+      const int inputs = static_cast<int>(n.inputs.size());
+      if (inputs < claim->min_inputs || inputs > claim->max_inputs || n.outputs.empty()) {
+        const std::string range = claim->max_inputs == kVariadicInputs      ? std::to_string(claim->min_inputs) + " or more"
+                                  : claim->max_inputs > claim->min_inputs ? std::to_string(claim->min_inputs) + " to " +
+                                                                                std::to_string(claim->max_inputs)
+                                                                          : std::to_string(claim->min_inputs);
+        problem(n, n.op_type + " takes " + range + " inputs and at least 1 output, this one has " + std::to_string(inputs) +
+                       " and " + std::to_string(n.outputs.size()));
+        malformed_ = true;
+        continue;
+      }
       if (m_.opset < claim->since_opset)
         problem(n, n.op_type + " needs opset " + std::to_string(claim->since_opset) + " or newer");
       if ((n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear") && m_.opset < 21 &&
@@ -311,13 +325,7 @@ class Importer {
   // A value read by exactly one node, and not a graph output: a pattern may swallow it.
   bool internal(const std::string& v) const { return consumers_of(v).size() == 1 && !outputs_.count(v); }
   bool free_node(int i) const { return i >= 0 && group_of_[static_cast<size_t>(i)] < 0 && !constant_node_[static_cast<size_t>(i)]; }
-  // A free node of this op type with the inputs and outputs the patterns index (a hostile
-  // model may declare a MatMul with one input: the ONNX fuzzer's first finding).
-  bool is_op(int i, const char* op) const {
-    if (!free_node(i) || node(i).op_type != op || node(i).outputs.empty() || node(i).inputs.empty()) return false;
-    static const std::set<std::string> binary = {"MatMul", "Add", "Sub", "Mul", "Div", "Pow", "Gemm"};
-    return node(i).inputs.size() >= 2 || !binary.count(op);
-  }
+  bool is_op(int i, const char* op) const { return free_node(i) && node(i).op_type == op; }
   // The single consumer of v if it is a free `op` node.
   int sole_consumer(const std::string& v, const char* op) const {
     if (!internal(v)) return -1;
@@ -1106,14 +1114,7 @@ class Importer {
     const std::string out = n.outputs.empty() ? "" : n.outputs[0];
     auto in0 = [&] { return runtime(e, n.inputs.at(0), n); };
     auto shape0 = [&] { return e.g.value(in0()).proto.shape; };
-    if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) {
-      // A hostile model may declare a binary op with one input (an ONNX fuzzer finding).
-      if (n.inputs.size() != 2 || n.outputs.empty())
-        throw Error(ErrorKind::invalid_input, ErrorContext{"onnx", n.name, op, ""},
-                    op + " needs 2 inputs and 1 output, has " + std::to_string(n.inputs.size()) + " and " +
-                        std::to_string(n.outputs.size()));
-      return emit_binary(e, n, it->second);
-    }
+    if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) return emit_binary(e, n, it->second);
     if (auto it = onnx::kUnaryFunctions.find(op); it != onnx::kUnaryFunctions.end()) {
       e.runtime[out] = emit(e, n, "unary", {in0()}, fn_attr(it->second), {}, out);
       return;
@@ -1320,6 +1321,7 @@ class Importer {
   std::set<int> qdq_gemms_;
   std::optional<RecipeKind> qdq_recipe_;
   std::vector<Problem> problems_;
+  bool malformed_ = false;  // a node outside its op's arity: nothing after check_claims runs
   std::vector<std::string> became_;
   std::map<std::string, int64_t> ranks_;
 };

@@ -31,9 +31,12 @@ OnnxImport load_onnx_graphs(const std::string& path, const FrontendOptions& opti
 // The ONNX ops tec claims, with the opset each is read from, the inputs that must be
 // constant (initializers or folded), and the limits of the claim. README's op table and the
 // backend-test runner (te-compile --onnx-ops) both come from this table.
+inline constexpr int kVariadicInputs = 1 << 30;  // OnnxOpClaim::max_inputs of Concat
+
 struct OnnxOpClaim {
   std::string op;
   int since_opset;
+  int min_inputs, max_inputs;  // the ONNX spec's arity; checked before anything reads inputs
   std::vector<int> constant_inputs;
   std::string limits;
 };
