@@ -38,10 +38,19 @@ bool foldable(const std::string& op) {
 }
 
 
+namespace {
+// A float that must become an int64 (a shape, an index, a Cast to an integer type): a value
+// outside int64's range or NaN has no integer (and converting it is undefined behaviour).
+int64_t to_int64(double v) {
+  TEC_USER_CHECK(std::isfinite(v) && std::fabs(v) < 0x1p62, {}) << "value " << v << " does not fit an integer";
+  return static_cast<int64_t>(v);
+}
+}  // namespace
+
 std::vector<int64_t> as_ints(const Tensor& t) {
   if (!t.is_float()) return t.ints;
   std::vector<int64_t> out;
-  for (float f : t.floats) out.push_back(static_cast<int64_t>(f));
+  for (float f : t.floats) out.push_back(to_int64(f));
   return out;
 }
 
@@ -385,8 +394,8 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
       TEC_UNSUPPORTED_CHECK(to != kString, ErrorContext{}) << "Cast to STRING is not supported";
       for (size_t i = 0; i < static_cast<size_t>(x.numel()); ++i) {
         const double v = x.at(i);
-        TEC_USER_CHECK(std::isfinite(v), {}) << "Cast of a non-finite value to an integer type";
-        t.ints.push_back(to == kBool ? v != 0 : static_cast<int64_t>(v));
+        TEC_USER_CHECK(!std::isnan(v), {}) << "Cast of NaN to an integer type";
+        t.ints.push_back(to == kBool ? v != 0 : to_int64(v));
       }
     }
     return one(std::move(t));
