@@ -198,6 +198,7 @@ Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
 // (De)quantization of a constant: the scale index of every element (scalar, per axis, or
 // blocked along the axis).
 std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& scale) {
+  TEC_USER_CHECK(scale.is_float(), {}) << n.op_type << " scale must be a float tensor";
   std::vector<size_t> idx(static_cast<size_t>(x.numel()), 0);
   if (scale.numel() == 1) return idx;
   const int64_t axis = axis_of(attr_int(n, "axis", 1), x.dims.size(), "axis");
@@ -233,7 +234,6 @@ std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& sc
 }
 
 Tensor dequantize_constant(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
-  TEC_USER_CHECK(scale.is_float(), {}) << "DequantizeLinear scale must be a float tensor";
   const auto idx = scale_index(n, x, scale);
   Tensor t;
   t.elem_type = scale.elem_type == kFloat8E8M0 ? kFloat : scale.elem_type;
@@ -249,6 +249,7 @@ Tensor dequantize_constant(const Node& n, const Tensor& x, const Tensor& scale, 
 Tensor quantize_constant(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
   int32_t out_type = zp ? zp->elem_type : static_cast<int32_t>(attr_int(n, "output_dtype", kUint8));
   if (out_type == 0) out_type = kUint8;
+  TEC_USER_CHECK(x.is_float(), {}) << "QuantizeLinear input must be a float tensor";
   const auto idx = scale_index(n, x, scale);
   Tensor t;
   t.elem_type = out_type;
@@ -262,7 +263,7 @@ Tensor quantize_constant(const Node& n, const Tensor& x, const Tensor& scale, co
       case kUint8: {
         const double lo = out_type == kInt8 ? -128 : 0, hi = out_type == kInt8 ? 127 : 255;
         const double q = std::nearbyint(v) + (zp ? zp->at(zp->numel() == 1 ? 0 : idx[e]) : 0.0);
-        t.ints.push_back(static_cast<int64_t>(std::clamp(q, lo, hi)));
+        t.ints.push_back(to_int64(std::clamp(q, lo, hi)));  // NaN stays NaN through clamp
         break;
       }
       default: TEC_UNSUPPORTED(ErrorContext{}) << "QuantizeLinear to " << elem_type_name(out_type) << " is not supported";
