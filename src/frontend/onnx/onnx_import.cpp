@@ -325,7 +325,9 @@ class Importer {
   // A value read by exactly one node, and not a graph output: a pattern may swallow it.
   bool internal(const std::string& v) const { return consumers_of(v).size() == 1 && !outputs_.count(v); }
   bool free_node(int i) const { return i >= 0 && group_of_[static_cast<size_t>(i)] < 0 && !constant_node_[static_cast<size_t>(i)]; }
-  bool is_op(int i, const char* op) const { return free_node(i) && node(i).op_type == op; }
+  // A free node of the default domain's `op` (a "MatMul" of another domain is not ONNX's, and
+  // check_claims has only rejected it, not checked its arity).
+  bool is_op(int i, const char* op) const { return free_node(i) && node(i).op_type == op && node(i).domain.empty(); }
   // The single consumer of v if it is a free `op` node.
   int sole_consumer(const std::string& v, const char* op) const {
     if (!internal(v)) return -1;
