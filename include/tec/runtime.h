@@ -107,7 +107,8 @@ class Session {
   Result<TensorView> output(const std::string& name) const;
   // Delayed-scaling state (every amax history and scale) as bytes, e.g. to checkpoint it;
   // set_state restores it into a session of the same plan and profile, on either backend.
-  // Plans without delayed scaling have an empty state.
+  // Without delayed scaling the state holds no buffers (only its header). On the GPU both copy synchronously on
+  // the default stream: call them when the session's stream has finished its runs.
   Result<std::vector<uint8_t>> state() const;
   Status set_state(const std::vector<uint8_t>& bytes);
   Backend backend() const;

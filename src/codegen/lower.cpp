@@ -160,7 +160,7 @@ class StepLowering {
   }
 
   // Blocks per row for per-element producers: with few rows (T=16) one block per row left
-  // most SMs idle, and the GELU + quantize of fc1's 16 x 16384 output took 16 us on the H100.
+  // most SMs idle: quantizing fc1's 16 x 16384 GELU output still took 16 us on the H100.
   // Enough blocks for two per SM, but at least a full batch (TEC_BATCH = 8) per thread.
   static int64_t row_chunks(int64_t rows, int64_t cols) {
     constexpr int64_t kTargetBlocks = 264, kMinChunk = kRowThreads * 8;

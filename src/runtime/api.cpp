@@ -96,6 +96,17 @@ struct Session::Impl {
   std::unique_ptr<reference::Session> cpu;
 
   void* address(int buffer) { return gpu ? gpu->address(buffer) : cpu->buffer_bytes(buffer).data(); }
+  // Whole-buffer copies between the host and the backend's memory (synchronous).
+  void read(int buffer, void* host) {
+    const size_t bytes = static_cast<size_t>(profile->buffers.at(static_cast<size_t>(buffer)).bytes);
+    if (gpu) gpu->download(buffer, host, bytes, nullptr);
+    else std::memcpy(host, cpu->buffer_bytes(buffer).data(), bytes);
+  }
+  void write(int buffer, const void* host) {
+    const size_t bytes = static_cast<size_t>(profile->buffers.at(static_cast<size_t>(buffer)).bytes);
+    if (gpu) gpu->upload(buffer, host, bytes, nullptr);
+    else std::memcpy(cpu->buffer_bytes(buffer).data(), host, bytes);
+  }
   std::vector<int> state_buffers() const {
     std::vector<int> out;
     for (size_t i = 0; i < profile->buffers.size(); ++i)
@@ -183,8 +194,7 @@ Result<std::vector<uint8_t>> Session::state() const {
       put<uint64_t>(out, static_cast<uint64_t>(b.bytes));
       const size_t at = out.size();
       out.resize(at + static_cast<size_t>(b.bytes));
-      if (impl_->gpu) impl_->gpu->download(index, out.data() + at, static_cast<size_t>(b.bytes), nullptr);
-      else std::memcpy(out.data() + at, impl_->cpu->buffer_bytes(index).data(), static_cast<size_t>(b.bytes));
+      impl_->read(index, out.data() + at);
     }
     put<uint64_t>(out, checksum64(out));
     return out;
@@ -228,11 +238,7 @@ Status Session::set_state(const std::vector<uint8_t>& bytes) {
       writes.emplace_back(index, take(static_cast<size_t>(b.bytes)));
     }
     TEC_USER_CHECK(at == bytes.size() - 8, ctx) << "trailing bytes after the state";
-    for (const auto& [index, data] : writes) {
-      const size_t n = static_cast<size_t>(impl_->profile->buffers[static_cast<size_t>(index)].bytes);
-      if (impl_->gpu) impl_->gpu->upload(index, data, n, nullptr);
-      else std::memcpy(impl_->cpu->buffer_bytes(index).data(), data, n);
-    }
+    for (const auto& [index, data] : writes) impl_->write(index, data);
     return Status{};
   });
 }
