@@ -19,11 +19,9 @@ namespace {
 
 using json = nlohmann::json;
 
-#define TEC_CLI_CUDA(call)                                                                                   \
-  do {                                                                                                       \
-    const cudaError_t err_ = (call);                                                                         \
-    if (err_ != cudaSuccess) throw Error(ErrorKind::device, {}, std::string(#call) + ": " + cudaGetErrorString(err_)); \
-  } while (0)
+// Through the runtime's check, so that a sticky error (illegal address) is reported as a lost
+// device (exit code 8) here too.
+#define TEC_CLI_CUDA(call) runtime::check_cuda((call), #call, "")
 
 struct Stats {
   double p50 = 0, p90 = 0, p99 = 0, mean = 0, min = 0;

@@ -32,7 +32,9 @@ Examples:
 Exit codes:
   0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input
   4 unsupported (e.g. a plan with no GPU code)             6 I/O error
-  7 device error (no CUDA device, out of memory, a failed CUDA or cuBLASLt call)    70 internal error)";
+  7 device error (no CUDA device, out of memory, a failed CUDA or cuBLASLt call)
+  8 device lost (a kernel faulted, e.g. an illegal address: the GPU is unusable until restart)
+  70 internal error)";
 
 std::string profile_name(const std::map<std::string, int64_t>& dims) {
   std::string out;

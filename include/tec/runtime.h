@@ -1,7 +1,9 @@
 // tec's embedding API: load a plan once, create a Session per thread or stream, run it.
 // Nothing throws across this header: every call returns a Status or a Result, whose code is
 // the CLIs' exit code for the same failure (3 invalid plan, 4 unsupported, 6 I/O, 7 device:
-// no CUDA device, out of memory, a failed CUDA or cuBLASLt call; 70 internal).
+// no CUDA device, out of memory, a failed CUDA or cuBLASLt call; 8 device lost: a sticky CUDA
+// error such as an illegal address, after which every session on that device refuses to run
+// and only a new process can use the GPU; 70 internal).
 //
 // A plan carries GPU code: load only plans you trust. Its checksum guards integrity, not
 // authenticity.

@@ -22,6 +22,8 @@ typedef enum tec_status {
   TEC_ERROR_UNSUPPORTED = 4,  /* e.g. a plan without GPU code on the gpu backend */
   TEC_ERROR_IO = 6,
   TEC_ERROR_DEVICE = 7, /* no CUDA device, out of memory, a failed CUDA or cuBLASLt call */
+  TEC_ERROR_DEVICE_LOST = 8, /* a sticky CUDA error (illegal address, ...): every session on that
+                                device refuses to run; only a new process can use the GPU again */
   TEC_ERROR_INTERNAL = 70
 } tec_status;
 

@@ -13,6 +13,7 @@ KernelRequest per_tensor_quantize_kernel(const TensorProto& proto, const std::st
       << "no GPU quantize kernel yet for " << q.str() << " from " << to_string(proto.dtype)
       << " (per-tensor FP8 from bf16 only so far)";
   std::ostringstream eps;
+  eps.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the define
   eps.precision(9);
   eps << std::scientific << q.amax_epsilon << "f";
   return KernelRequest{"quantize_per_tensor.cu",

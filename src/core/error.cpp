@@ -10,6 +10,7 @@ const char* to_string(ErrorKind kind) {
     case ErrorKind::compile: return "compile error";
     case ErrorKind::io: return "I/O error";
     case ErrorKind::device: return "device error";
+    case ErrorKind::device_lost: return "device lost";
     case ErrorKind::internal: return "internal error";
   }
   return "error";
@@ -24,6 +25,7 @@ int exit_code(ErrorKind kind) {
     case ErrorKind::compile: return 5;
     case ErrorKind::io: return 6;
     case ErrorKind::device: return 7;
+    case ErrorKind::device_lost: return 8;
     case ErrorKind::internal: return 70;
   }
   return 70;

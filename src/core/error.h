@@ -29,6 +29,7 @@ enum class ErrorKind {
   compile,      // code generation or NVRTC failed
   io,           // a file could not be read or written
   device,       // no CUDA device, out of device memory, or a CUDA / cuBLASLt call failed
+  device_lost,  // a sticky CUDA error (illegal address, ...): the context is unusable until restart
   internal,     // a bug in tec
 };
 

@@ -33,7 +33,15 @@ void parallel_for(int64_t n, Body&& body) {
     }
   };
   std::vector<std::thread> pool;
-  for (int64_t t = 1; t < threads; ++t) pool.emplace_back(worker);
+  // A thread that cannot be started (out of memory or threads) is simply not there: this
+  // thread's worker takes its items. Throwing here would destroy joinable threads.
+  for (int64_t t = 1; t < threads; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (...) {
+      break;
+    }
+  }
   worker();
   for (auto& t : pool) t.join();
   if (error) std::rethrow_exception(error);

@@ -94,6 +94,7 @@ std::vector<StateBufferSpec> Quantizer::state_buffers() const {
 
 std::string Quantizer::str() const {
   std::ostringstream out;
+  out.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the string
   out << to_string(kind) << "(" << to_string(dtype);
   if (!is_per_tensor()) out << ", block=" << block_rows << "x" << block_cols;
   if (kind == QuantizerKind::fp8_delayed)

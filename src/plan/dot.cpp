@@ -11,6 +11,7 @@ std::string plan_to_dot(const json& manifest, size_t profile_index) {
   const json& p = manifest.at("profiles").at(profile_index);
   std::map<std::string, std::string> producer;  // tensor -> step node id
   std::ostringstream out;
+  out.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the picture
   out << "digraph \"" << manifest.value("name", "plan") << "\" {\n  rankdir=TB;\n  node [shape=box, fontname=Helvetica];\n";
   const json& steps = p.at("steps");
   for (size_t i = 0; i < steps.size(); ++i) {

@@ -400,6 +400,29 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
 
 }  // namespace
 
+namespace {
+
+// Empties every array and object bottom-up, so that destroying `j` has nothing nested to move
+// onto the heap stack that ~basic_json allocates. Nesting beyond kMaxDepth (only a hostile
+// manifest has it) is left to that destructor, to bound this recursion.
+void release_json(json& j, int depth = 0) noexcept {
+  constexpr int kMaxDepth = 64;
+  if (depth > kMaxDepth) return;
+  if (j.is_array()) {
+    auto& array = j.get_ref<json::array_t&>();
+    for (json& e : array) release_json(e, depth + 1);
+    array.clear();
+  } else if (j.is_object()) {
+    auto& object = j.get_ref<json::object_t&>();
+    for (auto& entry : object) release_json(entry.second, depth + 1);
+    object.clear();
+  }
+}
+
+}  // namespace
+
+Plan::~Plan() { release_json(manifest); }
+
 Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
   PlanFile file = parse_plan_file(bytes, name);
   Plan plan;

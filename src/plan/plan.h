@@ -114,6 +114,16 @@ struct Profile {
 };
 
 struct Plan {
+  Plan() = default;
+  Plan(Plan&&) = default;
+  Plan(const Plan&) = default;
+  Plan& operator=(Plan&&) = default;
+  Plan& operator=(const Plan&) = default;
+  // Empties the manifest without allocating: nlohmann::json's own destructor allocates
+  // (nlohmann/json#4653), and a bad_alloc there would terminate a service freeing a plan
+  // under memory pressure.
+  ~Plan();
+
   nlohmann::json manifest;
   std::string name, recipe, mode;
   Target target;

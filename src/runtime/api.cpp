@@ -13,16 +13,29 @@ namespace tec {
 
 namespace {
 
+// A failure's Status. Copying its message can itself run out of memory; then the Status keeps
+// its code with an empty message, because nothing may throw across the API.
+Status failure(ErrorKind kind, const char* prefix, const char* text) noexcept {
+  Status s;
+  s.code = exit_code(kind);
+  try {
+    s.message = std::string(prefix) + text;
+  } catch (...) {
+  }
+  return s;
+}
+
+// `what` names the call for an out-of-memory message, the only error without its own context.
 template <typename F>
-auto guarded(F&& f) -> decltype(f()) {
+auto guarded(const char* what, F&& f) noexcept -> decltype(f()) {
   try {
     return f();
   } catch (const Error& e) {
-    return Status{exit_code(e.kind()), e.what()};
+    return failure(e.kind(), "", e.what());
   } catch (const std::bad_alloc&) {
-    return Status{exit_code(ErrorKind::device), "out of host memory"};
+    return failure(ErrorKind::device, "out of host memory in ", what);
   } catch (const std::exception& e) {
-    return Status{exit_code(ErrorKind::internal), e.what()};
+    return failure(ErrorKind::internal, "", e.what());
   }
 }
 
@@ -43,7 +56,7 @@ std::vector<TensorView> views(const plan::Profile& p, const std::vector<std::str
 }  // namespace
 
 Result<Plan> Plan::load_file(const std::string& path) {
-  return guarded([&]() -> Result<Plan> {
+  return guarded("Plan::load_file", [&]() -> Result<Plan> {
     Plan p;
     p.plan_ = std::make_shared<const plan::Plan>(plan::Plan::load_file(path));
     return p;
@@ -51,7 +64,7 @@ Result<Plan> Plan::load_file(const std::string& path) {
 }
 
 Result<Plan> Plan::load_memory(const void* data, size_t size, const std::string& name) {
-  return guarded([&]() -> Result<Plan> {
+  return guarded("Plan::load_memory", [&]() -> Result<Plan> {
     TEC_USAGE_CHECK(data != nullptr || size == 0, (ErrorContext{"plan", "", "", name})) << "no plan bytes";
     Plan p;
     p.plan_ = std::make_shared<const plan::Plan>(plan::Plan::load(std::span(static_cast<const uint8_t*>(data), size), name));
@@ -67,7 +80,7 @@ std::vector<std::map<std::string, int64_t>> Plan::profiles() const {
 }
 
 Result<std::vector<TensorView>> Plan::inputs(const std::map<std::string, int64_t>& dims) const {
-  return guarded([&]() -> Result<std::vector<TensorView>> {
+  return guarded("Plan::inputs", [&]() -> Result<std::vector<TensorView>> {
     TEC_USAGE_CHECK(plan_ != nullptr, {}) << "no plan loaded";
     const plan::Profile& p = pick(*plan_, dims);
     return views(p, p.inputs);
@@ -75,7 +88,7 @@ Result<std::vector<TensorView>> Plan::inputs(const std::map<std::string, int64_t
 }
 
 Result<std::vector<TensorView>> Plan::outputs(const std::map<std::string, int64_t>& dims) const {
-  return guarded([&]() -> Result<std::vector<TensorView>> {
+  return guarded("Plan::outputs", [&]() -> Result<std::vector<TensorView>> {
     TEC_USAGE_CHECK(plan_ != nullptr, {}) << "no plan loaded";
     const plan::Profile& p = pick(*plan_, dims);
     return views(p, p.outputs);
@@ -83,7 +96,7 @@ Result<std::vector<TensorView>> Plan::outputs(const std::map<std::string, int64_
 }
 
 Result<Preflight> Plan::check(int device) const {
-  return guarded([&]() -> Result<Preflight> {
+  return guarded("Plan::check", [&]() -> Result<Preflight> {
     TEC_USAGE_CHECK(plan_ != nullptr, {}) << "no plan loaded";
     return runtime::preflight(*plan_, device);
   });
@@ -116,7 +129,7 @@ struct Session::Impl {
 };
 
 Result<Session> Session::create(const Plan& plan, const std::map<std::string, int64_t>& dims, Backend backend) {
-  return guarded([&]() -> Result<Session> {
+  return guarded("Session::create", [&]() -> Result<Session> {
     TEC_USAGE_CHECK(plan.plan_ != nullptr, {}) << "no plan loaded";
     auto impl = std::make_shared<Impl>();
     impl->plan = plan.plan_;
@@ -132,7 +145,7 @@ Result<Session> Session::create(const Plan& plan, const std::map<std::string, in
 Backend Session::backend() const { return impl_ && impl_->cpu ? Backend::cpu : Backend::gpu; }
 
 Status Session::run(cudaStream_t stream) {
-  return guarded([&] {
+  return guarded("Session::run", [&] {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     if (impl_->gpu) impl_->gpu->run(stream);
     else impl_->cpu->run();
@@ -141,7 +154,7 @@ Status Session::run(cudaStream_t stream) {
 }
 
 Status Session::run_eager(cudaStream_t stream) {
-  return guarded([&] {
+  return guarded("Session::run_eager", [&] {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     if (impl_->gpu) impl_->gpu->run_eager(stream);
     else impl_->cpu->run();
@@ -165,7 +178,7 @@ void put(std::vector<uint8_t>& out, T value) {
 
 // The view of `name` if it is one of the profile's inputs (or outputs).
 Result<TensorView> Session::view(bool input, const std::string& name) const {
-  return guarded([&]() -> Result<TensorView> {
+  return guarded("Session::input/output", [&]() -> Result<TensorView> {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     const plan::Profile& p = *impl_->profile;
     const auto& list = input ? p.inputs : p.outputs;
@@ -181,7 +194,7 @@ Result<TensorView> Session::input(const std::string& name) const { return view(t
 Result<TensorView> Session::output(const std::string& name) const { return view(false, name); }
 
 Result<std::vector<uint8_t>> Session::state() const {
-  return guarded([&]() -> Result<std::vector<uint8_t>> {
+  return guarded("Session::state", [&]() -> Result<std::vector<uint8_t>> {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     std::vector<uint8_t> out(kStateMagic, kStateMagic + 8);
     const std::vector<int> buffers = impl_->state_buffers();
@@ -202,7 +215,7 @@ Result<std::vector<uint8_t>> Session::state() const {
 }
 
 Status Session::set_state(const std::vector<uint8_t>& bytes) {
-  return guarded([&] {
+  return guarded("Session::set_state", [&] {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     const ErrorContext ctx{"runtime", "", "", "state"};
     // Every field is checked before anything is written: a bad state changes nothing.

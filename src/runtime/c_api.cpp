@@ -5,6 +5,7 @@
 #include <cstring>
 #include <deque>
 #include <iterator>
+#include <memory>
 #include <new>
 #include <string>
 
@@ -25,17 +26,39 @@ namespace {
 
 thread_local std::string g_last_error;
 
-tec_status fail(const tec::Status& s) {
-  g_last_error = s.message;
+// When even the message cannot be allocated, the error is left empty (the code still says it).
+void set_last_error(const char* text) noexcept {
+  try {
+    g_last_error = text;
+  } catch (...) {
+    g_last_error.clear();
+  }
+}
+tec_status fail(const tec::Status& s) noexcept {
+  set_last_error(s.message.c_str());
   return static_cast<tec_status>(s.code);
 }
-tec_status usage(const char* what) {
-  g_last_error = what;
+tec_status usage(const char* what) noexcept {
+  set_last_error(what);
   return TEC_ERROR_USAGE;
 }
-tec_status ok() {
+tec_status ok() noexcept {
   g_last_error.clear();
   return TEC_OK;
+}
+
+// Every entry point that allocates runs inside this: no exception may unwind into C.
+template <typename F>
+tec_status guard(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    set_last_error("out of host memory");
+    return TEC_ERROR_DEVICE;
+  } catch (const std::exception& e) {
+    set_last_error(e.what());
+    return TEC_ERROR_INTERNAL;
+  }
 }
 
 void fill(const tec::TensorView& v, tec_tensor* out) {
@@ -49,20 +72,16 @@ void fill(const tec::TensorView& v, tec_tensor* out) {
 
 tec_status adopt(tec::Result<tec::Plan> loaded, tec_plan** out) {
   if (!loaded.ok()) return fail(loaded.status());
-  auto* p = new (std::nothrow) tec_plan{std::move(loaded.value()), {}, {}, {}};
-  if (!p) return usage("out of host memory");
+  auto p = std::make_unique<tec_plan>(tec_plan{std::move(loaded.value()), {}, {}, {}});
   p->profiles = p->plan.profiles();
   for (const auto& dims : p->profiles) {
     auto in = p->plan.inputs(dims);
     auto outs = p->plan.outputs(dims);
-    if (!in.ok() || !outs.ok()) {
-      delete p;
-      return fail(in.ok() ? outs.status() : in.status());
-    }
+    if (!in.ok() || !outs.ok()) return fail(in.ok() ? outs.status() : in.status());
     p->inputs.push_back(std::move(in.value()));
     p->outputs.push_back(std::move(outs.value()));
   }
-  *out = p;
+  *out = p.release();
   return ok();
 }
 
@@ -89,11 +108,13 @@ tec_status tensor_of(TensorLists lists, const tec_plan* plan, int profile, int i
 
 tec_status session_view(tec_session* s, const char* name, tec_tensor* tensor, bool input) {
   if (!s || !name || !tensor) return usage("null argument");
-  auto v = input ? s->session.input(name) : s->session.output(name);
-  if (!v.ok()) return fail(v.status());
-  s->views.push_back(std::move(v.value()));
-  fill(s->views.back(), tensor);
-  return ok();
+  return guard([&] {
+    auto v = input ? s->session.input(name) : s->session.output(name);
+    if (!v.ok()) return fail(v.status());
+    s->views.push_back(std::move(v.value()));
+    fill(s->views.back(), tensor);
+    return ok();
+  });
 }
 
 }  // namespace
@@ -104,12 +125,12 @@ const char* tec_last_error(void) { return g_last_error.c_str(); }
 
 tec_status tec_plan_load_file(const char* path, tec_plan** plan) {
   if (!path || !plan) return usage("null argument");
-  return adopt(tec::Plan::load_file(path), plan);
+  return guard([&] { return adopt(tec::Plan::load_file(path), plan); });
 }
 
 tec_status tec_plan_load_memory(const void* data, size_t size, tec_plan** plan) {
   if (!plan) return usage("null argument");
-  return adopt(tec::Plan::load_memory(data, size), plan);
+  return guard([&] { return adopt(tec::Plan::load_memory(data, size), plan); });
 }
 
 void tec_plan_free(tec_plan* plan) { delete plan; }
@@ -149,21 +170,23 @@ tec_status tec_plan_output(const tec_plan* plan, int profile, int index, tec_ten
 tec_status tec_session_create(const tec_plan* plan, int profile, tec_backend backend, tec_session** session) {
   if (!valid_profile(plan, profile) || !session) return usage("null handle or no such profile");
   if (backend != TEC_BACKEND_GPU && backend != TEC_BACKEND_CPU) return usage("unknown backend");
-  auto created = tec::Session::create(plan->plan, plan->profiles[static_cast<size_t>(profile)],
-                                      backend == TEC_BACKEND_CPU ? tec::Backend::cpu : tec::Backend::gpu);
-  if (!created.ok()) return fail(created.status());
-  auto* s = new (std::nothrow) tec_session{std::move(created.value()), {}};
-  if (!s) return usage("out of host memory");
-  *session = s;
-  return ok();
+  return guard([&] {
+    auto created = tec::Session::create(plan->plan, plan->profiles[static_cast<size_t>(profile)],
+                                        backend == TEC_BACKEND_CPU ? tec::Backend::cpu : tec::Backend::gpu);
+    if (!created.ok()) return fail(created.status());
+    *session = new tec_session{std::move(created.value()), {}};
+    return ok();
+  });
 }
 
 void tec_session_free(tec_session* session) { delete session; }
 
 tec_status tec_session_run(tec_session* session, void* cuda_stream) {
   if (!session) return usage("null session");
-  const tec::Status s = session->session.run(static_cast<cudaStream_t>(cuda_stream));
-  return s.ok() ? ok() : fail(s);
+  return guard([&] {
+    const tec::Status s = session->session.run(static_cast<cudaStream_t>(cuda_stream));
+    return s.ok() ? ok() : fail(s);
+  });
 }
 
 tec_status tec_session_input(tec_session* session, const char* name, tec_tensor* tensor) {
@@ -176,20 +199,24 @@ tec_status tec_session_output(tec_session* session, const char* name, tec_tensor
 
 tec_status tec_session_get_state(tec_session* session, void* buffer, size_t capacity, size_t* size) {
   if (!session || !size) return usage("null argument");
-  auto state = session->session.state();
-  if (!state.ok()) return fail(state.status());
-  *size = state.value().size();
-  if (!buffer) return ok();
-  if (capacity < state.value().size()) return usage("state buffer too small (call with buffer NULL for the size)");
-  std::memcpy(buffer, state.value().data(), state.value().size());
-  return ok();
+  return guard([&] {
+    auto state = session->session.state();
+    if (!state.ok()) return fail(state.status());
+    *size = state.value().size();
+    if (!buffer) return ok();
+    if (capacity < state.value().size()) return usage("state buffer too small (call with buffer NULL for the size)");
+    std::memcpy(buffer, state.value().data(), state.value().size());
+    return ok();
+  });
 }
 
 tec_status tec_session_set_state(tec_session* session, const void* buffer, size_t size) {
   if (!session || (!buffer && size)) return usage("null argument");
   const auto* p = static_cast<const uint8_t*>(buffer);
-  const tec::Status s = session->session.set_state(std::vector<uint8_t>(p, p + size));
-  return s.ok() ? ok() : fail(s);
+  return guard([&] {
+    const tec::Status s = session->session.set_state(std::vector<uint8_t>(p, p + size));
+    return s.ok() ? ok() : fail(s);
+  });
 }
 
 }  // extern "C"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <atomic>
 #include <map>
 #include <mutex>
 
@@ -17,10 +18,50 @@ namespace {
 
 ErrorContext ctx(const std::string& step) { return ErrorContext{"runtime", step, "", ""}; }
 
-void check(cudaError_t e, const char* call, const std::string& step) {
-  if (e != cudaSuccess)
-    throw Error(ErrorKind::device, ctx(step), std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+// CUDA's documentation says of these errors that the process "must be terminated and
+// relaunched" to use CUDA again: every later call returns them too.
+bool is_sticky(cudaError_t e) {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorContained:
+    case cudaErrorTensorMemoryLeak:
+    case cudaErrorExternalDevice: return true;
+    default: return false;
+  }
 }
+
+std::mutex g_lost_mutex;
+std::map<int, std::string> g_lost;  // device -> the sticky error that made it unusable
+std::atomic<bool> g_any_lost{false};  // lets every run skip the mutex until something is lost
+
+[[noreturn]] void throw_lost(int device, const std::string& step, const std::string& first_error) {
+  throw Error(ErrorKind::device_lost, ctx(step),
+              "GPU " + std::to_string(device) + " is unusable since " + first_error +
+                  "; every session on it refuses to run and only a new process can use it (te-run --eager or "
+                  "compute-sanitizer finds the faulting kernel)");
+}
+
+void refuse_if_lost(int device) {
+  if (!g_any_lost.load(std::memory_order_acquire)) return;
+  std::string first_error;
+  {
+    std::lock_guard lock(g_lost_mutex);
+    const auto it = g_lost.find(device);
+    if (it == g_lost.end()) return;
+    first_error = it->second;
+  }
+  throw_lost(device, "", first_error);
+}
+
+void check(cudaError_t e, const char* call, const std::string& step) { check_cuda(e, call, step); }
 void check(cublasStatus_t s, const char* call, const std::string& step) {
   if (s != CUBLAS_STATUS_SUCCESS)
     throw Error(ErrorKind::device, ctx(step), std::string(call) + " failed: " + cublasLtGetStatusName(s) + " (" +
@@ -28,12 +69,26 @@ void check(cublasStatus_t s, const char* call, const std::string& step) {
 }
 #define TEC_CUDA(call, step) check((call), #call, (step))
 
+// Fault injection (fail_device_acquisition_at): counts every acquisition.
+std::atomic<int64_t> g_acquisitions{0}, g_fail_acquisition_at{0};
+bool injected_failure() { return g_acquisitions.fetch_add(1) + 1 == g_fail_acquisition_at.load(); }
+template <typename Status>
+Status allocation_failure();
+template <>
+cudaError_t allocation_failure() { return cudaErrorMemoryAllocation; }
+template <>
+cublasStatus_t allocation_failure() { return CUBLAS_STATUS_ALLOC_FAILED; }
+// A CUDA or cuBLASLt call that acquires a resource, checked like TEC_CUDA.
+#define TEC_ACQUIRE(call, step) check(injected_failure() ? allocation_failure<decltype(call)>() : (call), #call, (step))
+
 // cudaMalloc with the bytes needed and free in the error.
 void* device_alloc(size_t bytes, const char* what) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  const cudaError_t e = cudaMalloc(&p, bytes);
-  if (e != cudaSuccess) {
+  const cudaError_t e = injected_failure() ? cudaErrorMemoryAllocation : cudaMalloc(&p, bytes);
+  // Nothing may allocate (and so throw) between cudaMalloc and the caller owning p.
+  if (e == cudaSuccess) return p;
+  if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     size_t free_bytes = 0, total = 0;
     cudaMemGetInfo(&free_bytes, &total);
@@ -41,7 +96,8 @@ void* device_alloc(size_t bytes, const char* what) {
                                                " bytes needed, " + std::to_string(free_bytes) + " free of " +
                                                std::to_string(total) + " (" + cudaGetErrorString(e) + ")");
   }
-  return p;
+  check_cuda(e, "cudaMalloc", what);
+  return nullptr;  // not reached: check_cuda throws
 }
 
 cudaDataType_t cuda_type(DType d) {
@@ -83,6 +139,26 @@ struct DelayedEntry {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
 
 }  // namespace
 
+void check_cuda(cudaError_t e, const char* call, const std::string& step) {
+  if (e == cudaSuccess) return;
+  const std::string what = std::string(call) + " failed: " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  if (!is_sticky(e)) throw Error(ErrorKind::device, ctx(step), what);
+  int device = 0;
+  cudaGetDevice(&device);
+  std::string first_error;
+  {
+    std::lock_guard lock(g_lost_mutex);
+    first_error = g_lost.emplace(device, what + (step.empty() ? "" : " in '" + step + "'")).first->second;
+    g_any_lost.store(true, std::memory_order_release);
+  }
+  throw_lost(device, step, first_error);
+}
+
+int64_t fail_device_acquisition_at(int64_t k) {
+  g_fail_acquisition_at = k;
+  return g_acquisitions.exchange(0);
+}
+
 std::string require_device() {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -94,6 +170,7 @@ std::string require_device() {
   }
   int device = 0;
   TEC_CUDA(cudaGetDevice(&device), "");
+  refuse_if_lost(device);
   cudaDeviceProp prop{};
   TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
   return "sm_" + std::to_string(prop.major * 10 + prop.minor);
@@ -118,8 +195,9 @@ std::map<std::pair<const plan::Plan*, int>, std::weak_ptr<DeviceShared>> g_share
 
 std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, const std::string& arch) {
   std::lock_guard lock(g_shared_mutex);
-  auto& slot = g_shared[{&plan, device}];
-  if (auto existing = slot.lock()) return existing;
+  const auto key = std::make_pair(&plan, device);
+  if (const auto it = g_shared.find(key); it != g_shared.end())
+    if (auto existing = it->second.lock()) return existing;
   auto shared = std::make_shared<DeviceShared>();
   shared->device = device;
   shared->constants = device_alloc(plan.constants.size(), "plan constants");
@@ -133,13 +211,20 @@ std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, con
       throw Error(ErrorKind::unsupported, ctx(""),
                   "this GPU is " + arch + ", the plan has kernels for " + have + "; recompile with te-compile --arch " + arch);
     }
-    cudaLibrary_t lib = nullptr;
-    TEC_CUDA(cudaLibraryLoadData(&lib, it->second.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
-             "module " + std::to_string(m) + " (" + plan.modules[m].source + ")");
-    shared->libraries.push_back(lib);
+    // Owned (by shared) before loading: nothing may throw between the load and the owner.
+    cudaLibrary_t& lib = shared->libraries.emplace_back(nullptr);
+    TEC_ACQUIRE(cudaLibraryLoadData(&lib, it->second.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+                "module " + std::to_string(m) + " (" + plan.modules[m].source + ")");
   }
-  slot = shared;
+  g_shared[key] = shared;  // only now: a failure above leaves no entry
   return shared;
+}
+
+// Entries whose sessions are all gone go, so that a service loading plans for days does not
+// grow the map (and a failed session creation leaves nothing behind).
+void forget_unused_shared() noexcept {
+  std::lock_guard lock(g_shared_mutex);
+  std::erase_if(g_shared, [](const auto& entry) { return entry.second.expired(); });
 }
 
 }  // namespace
@@ -178,6 +263,10 @@ struct Session::Impl {
     if (delayed_table) cudaFree(delayed_table);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (arena) cudaFree(arena);
+    if (shared) {
+      shared.reset();
+      forget_unused_shared();
+    }
   }
 };
 
@@ -208,7 +297,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   s.arena = device_alloc(static_cast<size_t>(plan_->arena_bytes), "arena");
   if (plan_->arena_bytes) TEC_CUDA(cudaMemset(s.arena, 0, static_cast<size_t>(plan_->arena_bytes)), "arena");
   s.cublas_workspace = device_alloc(kCublasWorkspaceBytes, "cuBLASLt workspace");
-  TEC_CUDA(cublasLtCreate(&s.lt), "");
+  TEC_ACQUIRE(cublasLtCreate(&s.lt), "");
 
   // Delayed scaling: scales start at 1, and one table drives both bookkeeping kernels.
   std::vector<DelayedEntry> table;
@@ -256,7 +345,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     if (l.kind != "gemm") continue;
     const plan::Gemm& g = l.gemm;
     Impl::GemmState& st = s.gemms[i];
-    TEC_CUDA(cublasLtMatmulDescCreate(&st.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
+    TEC_ACQUIRE(cublasLtMatmulDescCreate(&st.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
     const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
     auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
       TEC_CUDA(cublasLtMatmulDescSetAttribute(st.desc, attr, value, size), where);
@@ -297,10 +386,10 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     }
     // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T[n, m] = w^T . x: A = w, B = x.
     const cudaDataType_t c_type = is_fp8(g.d_type) ? CUDA_R_16BF : cuda_type(g.d_type);
-    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.k), where);
-    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.k), where);
-    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
-    TEC_CUDA(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
+    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.k), where);
+    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.k), where);
+    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
+    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     st.beta = g.c >= 0 ? 1.0f : 0.0f;
     if (g.algo_source == "tuned") {
       std::string why;
@@ -318,7 +407,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
       if (tuning_warning_.empty()) tuning_warning_ = "step '" + where + "': " + why + "; using the heuristic";
     }
     cublasLtMatmulPreference_t pref = nullptr;
-    TEC_CUDA(cublasLtMatmulPreferenceCreate(&pref), where);
+    TEC_ACQUIRE(cublasLtMatmulPreferenceCreate(&pref), where);
     const size_t workspace = kCublasWorkspaceBytes;
     cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
     cublasLtMatmulHeuristicResult_t result{};
@@ -338,7 +427,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   if (!tuning_warning_.empty()) std::fprintf(stderr, "tec: warning: %s\n", tuning_warning_.c_str());
 
   // The graph, captured once from the eager sequence.
-  TEC_CUDA(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
+  TEC_ACQUIRE(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
   TEC_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeThreadLocal), "graph capture");
   try {
     run_eager(s.capture_stream);
@@ -349,7 +438,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     throw;
   }
   TEC_CUDA(cudaStreamEndCapture(s.capture_stream, &s.graph), "graph capture");
-  TEC_CUDA(cudaGraphInstantiate(&s.exec, s.graph, 0), "graph instantiate");
+  TEC_ACQUIRE(cudaGraphInstantiate(&s.exec, s.graph, 0), "graph instantiate");
   TEC_CUDA(cudaDeviceSynchronize(), "session setup");
 }
 
@@ -419,10 +508,14 @@ std::vector<Session::TunedGemm> Session::tune_gemms(int candidates, int iteratio
   return out;
 }
 
-void Session::run(cudaStream_t stream) { TEC_CUDA(cudaGraphLaunch(impl_->exec, stream), "graph launch"); }
+void Session::run(cudaStream_t stream) {
+  refuse_if_lost(impl_->shared->device);
+  TEC_CUDA(cudaGraphLaunch(impl_->exec, stream), "graph launch");
+}
 
 void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& after_step) {
   Impl& s = *impl_;
+  refuse_if_lost(s.shared->device);
   const size_t n = profile_.launches.size();
   for (size_t i = 0; i < n; ++i) {
     const plan::Launch& l = profile_.launches[i];

@@ -16,9 +16,21 @@
 
 namespace tec::runtime {
 
-// Throws Error(device) with CUDA's reason when there is no usable device; returns the
-// current device's "sm_NN".
+// Throws Error(device) with CUDA's reason when there is no usable device, Error(device_lost)
+// when an earlier sticky error made it unusable; returns the current device's "sm_NN".
 std::string require_device();
+
+// Throws for a failed CUDA call: Error(device) naming `call` and `step`, or for a sticky error
+// (illegal address, launch failure, ...; the context is unusable until the process restarts)
+// Error(device_lost), after recording it so that every later run on the device refuses with
+// that reason. Everything in the runtime and te-run checks CUDA through this.
+void check_cuda(cudaError_t e, const char* call, const std::string& step);
+
+// Test hook (tests/embed/fault_test.cpp): every resource the runtime acquires from CUDA or
+// cuBLASLt (device memory, modules, handles, descriptors, streams, graphs) is counted, and
+// acquisition number k after this call fails as out of memory; k = 0 fails none. Returns how
+// many were acquired since the previous call.
+int64_t fail_device_acquisition_at(int64_t k);
 
 struct DeviceShared;  // constants + modules of one plan on one device
 

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Fixture for the embedding tests (C API, examples/embed): compiles examples/mlp_tiny.json
 under fp8-delayed for T=32, writes a seeded input x.npy, and the CPU reference's output for it
-(te-run --backend cpu), which the tests must reproduce bit for bit.
+(te-run --backend cpu), which the tests must reproduce bit for bit; and the same model for
+T=262144, whose 144 MiB arena the GPU fault test makes larger than free memory.
 
-  make_expected.py --bin BUILD/cli --out DIR  ->  DIR/plan.teplan DIR/x.npy DIR/y.npy
+  make_expected.py --bin BUILD/cli --out DIR  ->  DIR/plan.teplan DIR/x.npy DIR/y.npy DIR/big_arena.teplan
 """
 import argparse, subprocess, sys, tempfile
 from pathlib import Path
@@ -20,6 +21,8 @@ a.out.mkdir(parents=True, exist_ok=True)
 plan = a.out / "plan.teplan"
 subprocess.run([a.bin / "te-compile", ROOT / "examples/mlp_tiny.json", "-o", plan, "--recipe", "fp8-delayed",
                 "--shape", "T=32", "-q", "--cache-dir", "none"], check=True)
+subprocess.run([a.bin / "te-compile", ROOT / "examples/mlp_tiny.json", "-o", a.out / "big_arena.teplan", "--recipe",
+                "fp8-delayed", "--shape", "T=262144", "-q", "--cache-dir", "none"], check=True)
 x = np.random.default_rng(7).standard_normal((32, 64)).astype(np.float32)
 np.save(a.out / "x.npy", x)
 with tempfile.TemporaryDirectory() as saved:

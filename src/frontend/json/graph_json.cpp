@@ -497,6 +497,7 @@ std::vector<Graph> load_json_graphs(const std::string& path, const FrontendOptio
   std::ifstream file(path, std::ios::binary);
   if (!file) throw Error(ErrorKind::io, ErrorContext{"json", "", "", path}, "cannot open graph file");
   std::ostringstream text;
+  text.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the graph
   text << file.rdbuf();
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
   return parse_json_graphs(text.str(), path, base_dir.empty() ? "." : base_dir, options);
