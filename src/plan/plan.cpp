@@ -398,10 +398,6 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
   return p;
 }
 
-}  // namespace
-
-namespace {
-
 // Empties every array and object bottom-up, so that destroying `j` has nothing nested to move
 // onto the heap stack that ~basic_json allocates. Nesting beyond kMaxDepth (only a hostile
 // manifest has it) is left to that destructor, to bound this recursion.

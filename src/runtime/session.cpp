@@ -4,9 +4,9 @@
 
 #include <cmath>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <atomic>
 #include <map>
 #include <mutex>
 
