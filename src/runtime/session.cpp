@@ -297,6 +297,9 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   s.arena = device_alloc(static_cast<size_t>(plan_->arena_bytes), "arena");
   if (plan_->arena_bytes) TEC_CUDA(cudaMemset(s.arena, 0, static_cast<size_t>(plan_->arena_bytes)), "arena");
   s.cublas_workspace = device_alloc(kCublasWorkspaceBytes, "cuBLASLt workspace");
+  // cuBLASLt's split-K reduction reads parts of the workspace that no kernel of this run wrote
+  // (compute-sanitizer initcheck on mlp.json): zeroed once, whatever it reads is deterministic.
+  TEC_CUDA(cudaMemset(s.cublas_workspace, 0, kCublasWorkspaceBytes), "cuBLASLt workspace");
   TEC_ACQUIRE(cublasLtCreate(&s.lt), "");
 
   // Delayed scaling: scales start at 1, and one table drives both bookkeeping kernels.
