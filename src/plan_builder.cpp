@@ -271,8 +271,9 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
   PlanParts parts;
   // Small constants build in milliseconds; caching them would only fill the disk.
   constexpr int64_t kCacheFrom = int64_t{16} << 20;
-  const std::string cached = constants_cache_key(profiles[0]);
-  const std::string dir = profiles[0].memory.constant_bytes >= kCacheFrom && !cached.empty() ? cache_dir : "";
+  const bool cacheable = profiles[0].memory.constant_bytes >= kCacheFrom && !cache_dir.empty();
+  const std::string cached = cacheable ? constants_cache_key(profiles[0]) : "";
+  const std::string dir = cached.empty() ? "" : cache_dir;
   std::optional<std::vector<uint8_t>> constants = cache_read(dir, cached);
   parts.constants_from_cache = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
   if (!parts.constants_from_cache) {
