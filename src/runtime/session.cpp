@@ -159,21 +159,32 @@ int64_t fail_device_acquisition_at(int64_t k) {
   return g_acquisitions.exchange(0);
 }
 
-std::string require_device() {
+namespace {
+
+// The number of CUDA devices; 0, with the reason in `why`, when there is none or the driver
+// cannot say.
+int device_count(std::string& why) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    throw Error(ErrorKind::device, ctx(""),
-                std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none") +
-                    " (run on the CPU reference with --backend cpu)");
-  }
+  if (e == cudaSuccess && count > 0) return count;
+  cudaGetLastError();
+  why = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
+  return 0;
+}
+
+std::string arch_of(const cudaDeviceProp& prop) { return "sm_" + std::to_string(prop.major * 10 + prop.minor); }
+
+}  // namespace
+
+std::string require_device() {
+  std::string why;
+  if (device_count(why) == 0) throw Error(ErrorKind::device, ctx(""), why + " (run on the CPU reference with --backend cpu)");
   int device = 0;
   TEC_CUDA(cudaGetDevice(&device), "");
   refuse_if_lost(device);
   cudaDeviceProp prop{};
   TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
-  return "sm_" + std::to_string(prop.major * 10 + prop.minor);
+  return arch_of(prop);
 }
 
 // Constants and modules of one plan on one device, shared by its sessions.
@@ -563,13 +574,8 @@ tec::Preflight preflight(const plan::Plan& plan, int device) {
   int64_t arena = 0;
   for (const auto& p : plan.profiles) arena = std::max(arena, p.arena_bytes);
   out.bytes_needed = static_cast<int64_t>(plan.constants.size()) + arena + static_cast<int64_t>(kCublasWorkspaceBytes);
-  int count = 0;
-  const cudaError_t e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    out.reason = std::string("no CUDA device: ") + (e != cudaSuccess ? cudaGetErrorString(e) : "the driver reports none");
-    return out;
-  }
+  const int count = device_count(out.reason);
+  if (count == 0) return out;
   if (device < 0 || device >= count) {
     out.reason = "no CUDA device " + std::to_string(device) + " (there are " + std::to_string(count) + ")";
     return out;
@@ -577,7 +583,7 @@ tec::Preflight preflight(const plan::Plan& plan, int device) {
   cudaDeviceProp prop{};
   TEC_CUDA(cudaGetDeviceProperties(&prop, device), "");
   out.device = prop.name;
-  out.arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
+  out.arch = arch_of(prop);
   int previous = 0;
   TEC_CUDA(cudaGetDevice(&previous), "");
   TEC_CUDA(cudaSetDevice(device), "");
