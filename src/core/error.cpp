@@ -59,8 +59,13 @@ Error::Error(ErrorKind kind, ErrorContext context, std::string message, SourceLo
       what_(describe(kind_, context_, message_, where_)) {}
 
 namespace detail {
-ErrorThrower::~ErrorThrower() noexcept(false) {
+void ErrorThrower::raise() {
+  raised_ = true;
   throw Error(kind_, std::move(context_), stream_.str(), where_);
+}
+
+ErrorThrower::~ErrorThrower() noexcept(false) {
+  if (!raised_ && std::uncaught_exceptions() == unwinding_at_start_) raise();
 }
 }  // namespace detail
 

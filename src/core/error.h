@@ -66,12 +66,19 @@ class Error : public std::exception {
 };
 
 namespace detail {
-// Collects a message with << and throws it when the full expression ends. Only ever used
-// through the TEC_*_CHECK / TEC_*_ERROR macros below.
+// Collects a message with << and throws it: from raise() in the statement form
+// (TEC_*_ERROR), from the destructor when the full expression ends in the check form
+// (TEC_*_CHECK). Only ever used through the macros below.
+//
+// Building the message can itself throw (a reader asked for the name of the very field that is
+// broken; bad_alloc). That exception is then already unwinding through this destructor, and a
+// second throw would terminate the process, so the destructor lets the first one go on. That
+// is also why the destructor is not [[noreturn]], and why the statement form, which callers
+// rely on not to return, throws from the [[noreturn]] raise() instead.
 class ErrorThrower {
  public:
   ErrorThrower(ErrorKind kind, ErrorContext context, SourceLocation where)
-      : kind_(kind), context_(std::move(context)), where_(where) {}
+      : kind_(kind), context_(std::move(context)), where_(where), unwinding_at_start_(std::uncaught_exceptions()) {}
   ErrorThrower(const ErrorThrower&) = delete;
   ErrorThrower& operator=(const ErrorThrower&) = delete;
   template <typename T>
@@ -79,12 +86,15 @@ class ErrorThrower {
     stream_ << value;
     return *this;
   }
-  [[noreturn]] ~ErrorThrower() noexcept(false);
+  [[noreturn]] void raise();
+  ~ErrorThrower() noexcept(false);
 
  private:
   ErrorKind kind_;
   ErrorContext context_;
   SourceLocation where_;
+  int unwinding_at_start_;
+  bool raised_ = false;
   std::ostringstream stream_;
 };
 // Turns `thrower << ...` into a void expression so that a check is a single expression
@@ -102,14 +112,21 @@ struct Voidify {
 //   TEC_USER_CHECK(k % 16 == 0, ctx) << "FP8 GEMM needs K divisible by 16, got K=" << k;
 #define TEC_ERROR_KIND(kind, ctx) \
   ::tec::detail::ErrorThrower(kind, ctx, SourceLocation::current())
-#define TEC_USER_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::invalid_input, ctx)
-#define TEC_UNSUPPORTED(ctx) TEC_ERROR_KIND(::tec::ErrorKind::unsupported, ctx)
-#define TEC_INTERNAL_ERROR(ctx) TEC_ERROR_KIND(::tec::ErrorKind::internal, ctx)
-#define TEC_USER_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_USER_ERROR(ctx)
+// Statement form, never returns: `TEC_USER_ERROR(ctx) << "...";`. The loop body streams the
+// message, then its increment raises; it has no other way out.
+#define TEC_ERROR_STATEMENT(kind, ctx) \
+  for (::tec::detail::ErrorThrower tec_error_(kind, ctx, SourceLocation::current());; tec_error_.raise()) tec_error_
+#define TEC_USER_ERROR(ctx) TEC_ERROR_STATEMENT(::tec::ErrorKind::invalid_input, ctx)
+#define TEC_UNSUPPORTED(ctx) TEC_ERROR_STATEMENT(::tec::ErrorKind::unsupported, ctx)
+#define TEC_INTERNAL_ERROR(ctx) TEC_ERROR_STATEMENT(::tec::ErrorKind::internal, ctx)
+#define TEC_USER_CHECK(cond, ctx) \
+  (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_ERROR_KIND(::tec::ErrorKind::invalid_input, ctx)
 #define TEC_USAGE_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_ERROR_KIND(::tec::ErrorKind::usage, ctx)
-#define TEC_UNSUPPORTED_CHECK(cond, ctx) (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_UNSUPPORTED(ctx)
-#define TEC_INTERNAL_CHECK(cond, ctx) \
-  (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_INTERNAL_ERROR(ctx) << "internal check failed: " #cond ": "
+#define TEC_UNSUPPORTED_CHECK(cond, ctx) \
+  (cond) ? (void)0 : ::tec::detail::Voidify() & TEC_ERROR_KIND(::tec::ErrorKind::unsupported, ctx)
+#define TEC_INTERNAL_CHECK(cond, ctx)                                                       \
+  (cond) ? (void)0                                                                          \
+         : ::tec::detail::Voidify() & TEC_ERROR_KIND(::tec::ErrorKind::internal, ctx) << "internal check failed: " #cond ": "
 
 namespace tec {
 // Runs f; an Error thrown without a node or location (e.g. by a shape helper) is rethrown

@@ -1,6 +1,8 @@
 // src/core: dtypes, shapes with overflow checks, and errors that carry their context.
 #include <doctest/doctest.h>
 
+#include <new>
+
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
@@ -48,6 +50,23 @@ TEST_CASE("errors name the stage, node, op and location, and map to exit codes")
   CHECK(exit_code(ErrorKind::unsupported) == 4);
   const Error internal = test::error_of([] { TEC_INTERNAL_CHECK(1 == 2, {}) << "detail"; });
   CHECK(std::string(internal.what()).find("tec bug at") != std::string::npos);
+}
+
+// Found by fuzz_plan_manifest: a blob check's message asked for the blob's name, the very field
+// that was missing, and the second exception terminated the process.
+TEST_CASE("an error whose message cannot be built reports why the message failed, never terminates") {
+  const auto missing_name = [](const char* why) -> std::string {
+    TEC_USER_ERROR((ErrorContext{"plan", "", "", "/blobs/0/name"})) << "field is missing (" << why << ")";
+  };
+  const Error from_check = test::error_of([&] {
+    TEC_USER_CHECK(false, (ErrorContext{"plan", "", "", "/blobs/0"})) << "blob '" << missing_name("check") << "' is outside";
+  });
+  CHECK(std::string(from_check.what()) == "[plan] at /blobs/0/name: field is missing (check)");
+  const Error from_statement = test::error_of([&] {
+    TEC_INTERNAL_ERROR(ErrorContext{}) << "while reporting: " << missing_name("statement");
+  });
+  CHECK(std::string(from_statement.what()) == "[plan] at /blobs/0/name: field is missing (statement)");
+  CHECK_THROWS_AS(TEC_USAGE_CHECK(false, {}) << "message" << (throw std::bad_alloc(), 0), std::bad_alloc);
 }
 
 TEST_CASE("with_context fills in the node for errors raised without one") {
