@@ -287,9 +287,8 @@ int main(int argc, char** argv) {
       }
     }
     if (result.plan && !output.empty()) {
-      const auto bytes = tec::plan::serialize_plan(result.plan->manifest, result.plan->blobs);
-      tec::plan::write_file_atomically(output, bytes);
-      if (!quiet) std::fprintf(stderr, "wrote %s (%s)\n", output.c_str(), human_bytes(static_cast<int64_t>(bytes.size())).c_str());
+      const uint64_t bytes = tec::plan::write_plan_file(output, result.plan->manifest, result.plan->blobs);
+      if (!quiet) std::fprintf(stderr, "wrote %s (%s)\n", output.c_str(), human_bytes(static_cast<int64_t>(bytes)).c_str());
     }
     if (!dot.empty() && result.plan) {
       const std::string text = tec::plan::plan_to_dot(result.plan->manifest, 0);

@@ -15,4 +15,21 @@ inline uint64_t checksum64(const std::string& text) {
 }
 std::string hex64(uint64_t value);
 
+// checksum64 of bytes that arrive in pieces (a plan written straight from its blobs, never
+// copied into one image). The length is folded in first, so it is given up front; finish()
+// checks that exactly that many bytes came.
+class Checksum64 {
+ public:
+  explicit Checksum64(uint64_t total_bytes);
+  void update(std::span<const uint8_t> bytes);
+  uint64_t finish() const;
+
+ private:
+  uint64_t total_bytes_;
+  uint64_t seen_ = 0;
+  uint64_t h_;
+  uint8_t partial_[8] = {};  // a word split across pieces
+  size_t partial_size_ = 0;
+};
+
 }  // namespace tec

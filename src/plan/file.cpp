@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/shape.h"
 #include "plan/format.h"
 
@@ -15,9 +16,18 @@ namespace tec::plan {
 
 namespace {
 
-// The container (plan/format.h) with the manifest in place and room for a blob section of
-// `section_size` bytes; seal_plan fills in the checksum once the blobs are copied in.
-std::vector<uint8_t> plan_container(const std::string& text, uint64_t section_size, uint64_t& blobs_offset) {
+// The plan file as byte ranges in order - header and manifest, the blob section's pieces,
+// the trailer - so that a 100+ MB plan is written and checksummed straight from its blobs,
+// never copied into one image. `pieces` points into head, tail and the caller's section.
+struct PlanImage {
+  std::vector<uint8_t> head, tail;
+  std::vector<std::span<const uint8_t>> pieces;
+  uint64_t size = 0;
+};
+
+PlanImage plan_image(const std::string& text, const std::vector<std::span<const uint8_t>>& section) {
+  uint64_t section_size = 0;
+  for (const auto& piece : section) section_size += piece.size();
   FileHeader header{};
   std::memcpy(header.magic, kMagic, 8);
   header.version = kFormatVersion;
@@ -26,59 +36,82 @@ std::vector<uint8_t> plan_container(const std::string& text, uint64_t section_si
   header.blobs_offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(kBlobAlignment + text.size()), kBlobAlignment));
   header.blobs_size = section_size;
   header.file_size = header.blobs_offset + header.blobs_size + kTrailerBytes;
-  std::vector<uint8_t> out(header.file_size, 0);
-  std::memcpy(out.data(), &header, sizeof header);
-  std::memcpy(out.data() + header.manifest_offset, text.data(), text.size());
-  blobs_offset = header.blobs_offset;
+  PlanImage image;
+  image.head.assign(header.blobs_offset, 0);
+  std::memcpy(image.head.data(), &header, sizeof header);
+  std::memcpy(image.head.data() + header.manifest_offset, text.data(), text.size());
+  image.pieces.push_back(image.head);
+  image.pieces.insert(image.pieces.end(), section.begin(), section.end());
+  Checksum64 sum(header.file_size - kTrailerBytes);
+  for (const auto& piece : image.pieces) sum.update(piece);
+  Trailer trailer{};
+  std::memcpy(trailer.magic, kTrailerMagic, 8);
+  trailer.checksum = sum.finish();
+  image.tail.resize(sizeof trailer);
+  std::memcpy(image.tail.data(), &trailer, sizeof trailer);
+  image.pieces.push_back(image.tail);
+  image.size = header.file_size;
+  return image;
+}
+
+std::vector<uint8_t> concatenate(const PlanImage& image) {
+  std::vector<uint8_t> out;
+  out.reserve(image.size);
+  for (const auto& piece : image.pieces) out.insert(out.end(), piece.begin(), piece.end());
   return out;
 }
 
-void seal_plan(std::vector<uint8_t>& out) {
-  Trailer trailer{};
-  std::memcpy(trailer.magic, kTrailerMagic, 8);
-  trailer.checksum = checksum64(std::span(out.data(), out.size() - kTrailerBytes));
-  std::memcpy(out.data() + out.size() - kTrailerBytes, &trailer, sizeof trailer);
+// Lays the blobs out (each at a multiple of kBlobAlignment, zero padding between), records
+// the index in the manifest's "blobs" array and returns the blob section as pieces.
+std::vector<std::span<const uint8_t>> lay_out_blobs(nlohmann::json& manifest, const std::vector<Blob>& blobs) {
+  static const std::vector<uint8_t> zeros(kBlobAlignment, 0);
+  std::vector<std::span<const uint8_t>> section;
+  uint64_t offset = 0;
+  nlohmann::json index = nlohmann::json::array();
+  for (const Blob& b : blobs) {
+    index.push_back({{"name", b.name}, {"offset", offset}, {"size", b.bytes.size()}});
+    const auto end = static_cast<uint64_t>(round_up(static_cast<int64_t>(offset + b.bytes.size()), kBlobAlignment));
+    section.push_back(b.bytes);
+    section.push_back(std::span(zeros).first(end - offset - b.bytes.size()));
+    offset = end;
+  }
+  manifest["blobs"] = index;
+  return section;
 }
 
 }  // namespace
 
 std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs) {
-  uint64_t offset = 0;
-  nlohmann::json index = nlohmann::json::array();
-  for (const Blob& b : blobs) {
-    index.push_back({{"name", b.name}, {"offset", offset}, {"size", b.bytes.size()}});
-    offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(offset + b.bytes.size()), kBlobAlignment));
-  }
-  manifest["blobs"] = index;
-  // One copy of the blobs, straight into the file image (a plan is mostly its 100+ MB of
-  // constants).
-  uint64_t blobs_offset = 0;
-  std::vector<uint8_t> out = plan_container(manifest.dump(), offset, blobs_offset);
-  for (size_t i = 0; i < blobs.size(); ++i)
-    if (!blobs[i].bytes.empty())
-      std::memcpy(out.data() + blobs_offset + index[i]["offset"].get<uint64_t>(), blobs[i].bytes.data(), blobs[i].bytes.size());
-  seal_plan(out);
-  return out;
+  const auto section = lay_out_blobs(manifest, blobs);
+  return concatenate(plan_image(manifest.dump(), section));
 }
 
 std::vector<uint8_t> assemble_plan(const std::string& text, std::span<const uint8_t> section) {
-  uint64_t blobs_offset = 0;
-  std::vector<uint8_t> out = plan_container(text, section.size(), blobs_offset);
-  if (!section.empty()) std::memcpy(out.data() + blobs_offset, section.data(), section.size());
-  seal_plan(out);
-  return out;
+  return concatenate(plan_image(text, {section}));
 }
 
-void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes) {
+uint64_t write_plan_file(const std::string& path, nlohmann::json manifest, const std::vector<Blob>& blobs) {
+  const auto section = lay_out_blobs(manifest, blobs);
+  const PlanImage image = plan_image(manifest.dump(), section);
+  write_file_atomically(path, image.pieces);
+  return image.size;
+}
+
+void write_file_atomically(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
   auto fail = [&](const std::string& what) {
     throw Error(ErrorKind::io, ErrorContext{"plan", "", "", path}, what + ": " + std::strerror(errno));
+  };
+  auto write_all = [&](std::FILE* f) {
+    for (const auto& piece : pieces)
+      if (std::fwrite(piece.data(), 1, piece.size(), f) != piece.size()) return false;
+    return std::fflush(f) == 0;
   };
   struct stat st {};
   const bool special = path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode));
   if (special) {
     std::FILE* f = path == "-" ? stdout : std::fopen(path.c_str(), "wb");
     if (!f) fail("cannot open for writing");
-    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+    const bool ok = write_all(f);
     if (f != stdout) std::fclose(f);
     if (!ok) fail("write failed");
     return;
@@ -86,8 +119,7 @@ void write_file_atomically(const std::string& path, std::span<const uint8_t> byt
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail("cannot create " + tmp);
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 &&
-                  ::fsync(::fileno(f)) == 0;
+  const bool ok = write_all(f) && ::fsync(::fileno(f)) == 0;
   std::fclose(f);
   if (!ok) {
     std::remove(tmp.c_str());
@@ -97,6 +129,10 @@ void write_file_atomically(const std::string& path, std::span<const uint8_t> byt
     std::remove(tmp.c_str());
     fail("cannot rename " + tmp);
   }
+}
+
+void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes) {
+  write_file_atomically(path, std::span(&bytes, 1));
 }
 
 std::vector<uint8_t> read_whole_file(const std::string& path) {

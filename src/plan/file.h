@@ -18,6 +18,9 @@ struct Blob {
 // The whole file. The manifest gets a "blobs" array of {name, offset, size} (offsets
 // relative to the blob section). Same inputs give the same bytes.
 std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs);
+// The same bytes, written to `path` as write_file_atomically does, straight from the blobs
+// (no in-memory image of the file). Returns the file's size.
+uint64_t write_plan_file(const std::string& path, nlohmann::json manifest, const std::vector<Blob>& blobs);
 
 // The container around a manifest text and a blob section (already laid out): header,
 // padding, trailer and checksum. serialize_plan uses it; tests use it to build hostile files.
@@ -27,6 +30,7 @@ std::vector<uint8_t> assemble_plan(const std::string& manifest_text, std::span<c
 // leaves a half-written plan. "-" or a non-regular file (/dev/stdout, a pipe) is written
 // directly.
 void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes);
+void write_file_atomically(const std::string& path, std::span<const std::span<const uint8_t>> pieces);
 
 struct PlanFile {
   nlohmann::json manifest;

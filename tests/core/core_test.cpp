@@ -1,10 +1,12 @@
-// src/core: dtypes, shapes with overflow checks, and errors that carry their context.
+// src/core: dtypes, shapes with overflow checks, checksums, and errors that carry their context.
 #include <doctest/doctest.h>
 
 #include <new>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/shape.h"
 #include "test_util.h"
 
@@ -67,6 +69,25 @@ TEST_CASE("an error whose message cannot be built reports why the message failed
   });
   CHECK(std::string(from_statement.what()) == "[plan] at /blobs/0/name: field is missing (statement)");
   CHECK_THROWS_AS(TEC_USAGE_CHECK(false, {}) << "message" << (throw std::bad_alloc(), 0), std::bad_alloc);
+}
+
+TEST_CASE("a checksum taken over pieces equals the checksum of the whole, however it is split") {
+  std::vector<uint8_t> bytes(45);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i * 37 + 11);
+  const uint64_t whole = checksum64(bytes);
+  for (size_t a = 0; a <= bytes.size(); ++a) {
+    for (size_t b = a; b <= bytes.size(); ++b) {
+      Checksum64 sum(bytes.size());
+      sum.update(std::span(bytes).first(a));
+      sum.update(std::span(bytes).subspan(a, b - a));
+      sum.update(std::span(bytes).subspan(b));
+      CHECK(sum.finish() == whole);
+    }
+  }
+  CHECK(checksum64(std::span(bytes).first(44)) != whole);
+  Checksum64 short_of_total(bytes.size());
+  short_of_total.update(std::span(bytes).first(40));
+  CHECK(test::error_of([&] { (void)short_of_total.finish(); }).kind() == ErrorKind::internal);
 }
 
 TEST_CASE("with_context fills in the node for errors raised without one") {
