@@ -7,8 +7,11 @@
 
 namespace tec {
 
-// A mix over 8-byte words (tail bytes zero-padded) with the length folded in. Not
-// cryptographic: it guards against corruption, not tampering.
+// Four independent lanes, each a multiply-rotate mix over every fourth 8-byte word (the tail
+// zero-padded), joined at the end, with the length folded in first. Four lanes run ~4x faster
+// than one dependent chain: a plan's 128 MiB of constants are checksummed when written, when
+// loaded and when read back from the compile cache. Not cryptographic: it guards against
+// corruption, not tampering.
 uint64_t checksum64(std::span<const uint8_t> bytes);
 inline uint64_t checksum64(const std::string& text) {
   return checksum64(std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
@@ -25,10 +28,14 @@ class Checksum64 {
   uint64_t finish() const;
 
  private:
+  static constexpr int kLanes = 4;
+  static constexpr size_t kBlockBytes = 8 * kLanes;
+  void mix_block(const uint8_t* block);
+
   uint64_t total_bytes_;
   uint64_t seen_ = 0;
-  uint64_t h_;
-  uint8_t partial_[8] = {};  // a word split across pieces
+  uint64_t lanes_[kLanes];
+  uint8_t partial_[kBlockBytes] = {};  // a block split across pieces
   size_t partial_size_ = 0;
 };
 

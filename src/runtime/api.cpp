@@ -164,9 +164,10 @@ Status Session::run_eager(cudaStream_t stream) {
 
 namespace {
 
-// The state format: "TECSTATE", u32 version 1, u32 count, then per buffer u32 name length,
+// The state format: "TECSTATE", u32 version 2 (2: the four-lane checksum64), u32 count, then per buffer u32 name length,
 // the name, u64 size, the bytes; then a checksum64 of everything before it.
 constexpr char kStateMagic[8] = {'T', 'E', 'C', 'S', 'T', 'A', 'T', 'E'};
+constexpr uint32_t kStateVersion = 2;
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T value) {
@@ -198,7 +199,7 @@ Result<std::vector<uint8_t>> Session::state() const {
     TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
     std::vector<uint8_t> out(kStateMagic, kStateMagic + 8);
     const std::vector<int> buffers = impl_->state_buffers();
-    put<uint32_t>(out, 1);
+    put<uint32_t>(out, kStateVersion);
     put<uint32_t>(out, static_cast<uint32_t>(buffers.size()));
     for (int index : buffers) {
       const plan::Buffer& b = impl_->profile->buffers[static_cast<size_t>(index)];
@@ -233,11 +234,13 @@ Status Session::set_state(const std::vector<uint8_t>& bytes) {
     };
     TEC_USER_CHECK(bytes.size() >= 8 + 8 + 8 && std::memcmp(bytes.data(), kStateMagic, 8) == 0, ctx)
         << "not a tec session state (no TECSTATE header)";
+    take(8);
+    const uint32_t version = get(uint32_t{});
+    TEC_USER_CHECK(version == kStateVersion, ctx)
+        << "state format version " << version << " is not supported; this build reads version " << kStateVersion;
     uint64_t sum = 0;
     std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
     TEC_USER_CHECK(sum == checksum64(std::span(bytes.data(), bytes.size() - 8)), ctx) << "state checksum mismatch: the bytes are corrupted";
-    take(8);
-    TEC_USER_CHECK(get(uint32_t{}) == 1, ctx) << "unknown state version";
     const std::vector<int> buffers = impl_->state_buffers();
     const uint32_t count = get(uint32_t{});
     TEC_USER_CHECK(count == buffers.size(), ctx) << "the state has " << count << " buffers, this session's profile " << buffers.size();
