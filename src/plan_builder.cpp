@@ -274,11 +274,11 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
   const bool cacheable = profiles[0].memory.constant_bytes >= kCacheFrom && !cache_dir.empty();
   const std::string cached = cacheable ? constants_cache_key(profiles[0]) : "";
   const std::string dir = cached.empty() ? "" : cache_dir;
-  std::optional<std::vector<uint8_t>> constants = cache_read(dir, cached);
+  std::optional<Bytes> constants = cache_read(dir, cached);
   parts.constants_from_cache = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
   if (!parts.constants_from_cache) {
     constants = build_constants(profiles[0]);
-    cache_write(dir, cached, *constants);
+    cache_write(dir, cached, constants->span());
   }
   parts.blobs.push_back({"constants", std::move(*constants)});
   json modules = json::array();

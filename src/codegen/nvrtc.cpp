@@ -33,7 +33,7 @@ std::vector<std::string> options_for(const KernelRequest& r) {
   return options;
 }
 
-bool looks_like_cubin(const std::vector<uint8_t>& bytes) {
+bool looks_like_cubin(std::span<const uint8_t> bytes) {
   return bytes.size() > 4 && std::memcmp(bytes.data(), "\x7f" "ELF", 4) == 0;
 }
 
@@ -67,8 +67,8 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
   out.cache_key = hex64(checksum64(key_text));
   const std::string name = request.source.substr(0, request.source.find('.'));
   const std::string cached = name + "-" + out.cache_key + ".cubin";
-  if (auto hit = cache_read(cache_dir_, cached); hit && looks_like_cubin(*hit)) {
-    out.cubin = std::move(*hit);
+  if (auto hit = cache_read(cache_dir_, cached); hit && looks_like_cubin(hit->span())) {
+    out.cubin.assign(hit->span().begin(), hit->span().end());
     out.cache_hit = true;
     return out;
   }  // else missing or damaged: compile again and overwrite it

@@ -20,20 +20,15 @@ std::string default_cache_dir() {
   return "";
 }
 
-std::optional<std::vector<uint8_t>> cache_read(const std::string& dir, const std::string& file) {
+std::optional<Bytes> cache_read(const std::string& dir, const std::string& file) {
   if (dir.empty()) return std::nullopt;
-  std::error_code ec;
-  const fs::path path = fs::path(dir) / file;
-  const auto size = fs::file_size(path, ec);
-  if (ec || size < sizeof(uint64_t)) return std::nullopt;
-  std::vector<uint8_t> bytes(size);
-  std::ifstream in(path, std::ios::binary);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size))) return std::nullopt;
+  const std::optional<Bytes> entry = Bytes::map_file(fs::path(dir) / file);
+  if (!entry || entry->size() < sizeof(uint64_t)) return std::nullopt;
+  const size_t size = entry->size() - sizeof(uint64_t);
   uint64_t stored = 0;
-  std::memcpy(&stored, bytes.data() + size - sizeof stored, sizeof stored);
-  bytes.resize(size - sizeof stored);
-  if (stored != checksum64(bytes)) return std::nullopt;
-  return bytes;
+  std::memcpy(&stored, entry->span().data() + size, sizeof stored);
+  if (stored != checksum64(entry->span().first(size))) return std::nullopt;
+  return entry->first(size);
 }
 
 void cache_write(const std::string& dir, const std::string& file, std::span<const uint8_t> bytes) {

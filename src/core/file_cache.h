@@ -10,14 +10,16 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace tec {
 
 // $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, else ~/.cache/tec ("" when none is set).
 std::string default_cache_dir();
 
-// The entry `file` in `dir`, or nothing when it is missing or damaged. An empty dir is a
-// disabled cache.
-std::optional<std::vector<uint8_t>> cache_read(const std::string& dir, const std::string& file);
+// The entry `file` in `dir` (mapped, not read), or nothing when it is missing or damaged. An
+// empty dir is a disabled cache.
+std::optional<Bytes> cache_read(const std::string& dir, const std::string& file);
 // Best effort: a cache that cannot be written only makes the next run slower.
 void cache_write(const std::string& dir, const std::string& file, std::span<const uint8_t> bytes);
 

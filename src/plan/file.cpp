@@ -71,7 +71,7 @@ std::vector<std::span<const uint8_t>> lay_out_blobs(nlohmann::json& manifest, co
   for (const Blob& b : blobs) {
     index.push_back({{"name", b.name}, {"offset", offset}, {"size", b.bytes.size()}});
     const auto end = static_cast<uint64_t>(round_up(static_cast<int64_t>(offset + b.bytes.size()), kBlobAlignment));
-    section.push_back(b.bytes);
+    section.push_back(b.bytes.span());
     section.push_back(std::span(zeros).first(end - offset - b.bytes.size()));
     offset = end;
   }

@@ -8,11 +8,13 @@
 #include <string>
 #include <vector>
 
+#include "core/bytes.h"
+
 namespace tec::plan {
 
 struct Blob {
   std::string name;
-  std::vector<uint8_t> bytes;
+  Bytes bytes;  // owned, or mapped from the compile cache
 };
 
 // The whole file. The manifest gets a "blobs" array of {name, offset, size} (offsets

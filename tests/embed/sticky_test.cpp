@@ -93,8 +93,8 @@ void write_faulting_plan(const std::string& base, const std::string& out) {
   std::vector<tec::plan::Blob> blobs;
   for (const auto& b : file.manifest["blobs"]) {
     const auto offset = b["offset"].get<size_t>(), size = b["size"].get<size_t>();
-    blobs.push_back({b["name"].get<std::string>(), {file.blobs.begin() + static_cast<long>(offset),
-                                                     file.blobs.begin() + static_cast<long>(offset + size)}});
+    const auto blob_bytes = file.blobs.subspan(offset, size);
+    blobs.push_back({b["name"].get<std::string>(), std::vector<uint8_t>(blob_bytes.begin(), blob_bytes.end())});
   }
   for (const auto& [arch, blob_name] : file.manifest["modules"][static_cast<size_t>(module)]["cubins"].items())
     for (auto& b : blobs)
