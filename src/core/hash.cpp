@@ -30,6 +30,7 @@ void Checksum64::mix_block(const uint8_t* block) {
 }
 
 void Checksum64::update(std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return;  // its data() may be null, which memcpy must never see
   seen_ += bytes.size();
   size_t i = 0;
   if (partial_size_ > 0) {

@@ -103,7 +103,7 @@ void write_file_atomically(const std::string& path, std::span<const std::span<co
   };
   auto write_all = [&](std::FILE* f) {
     for (const auto& piece : pieces)
-      if (std::fwrite(piece.data(), 1, piece.size(), f) != piece.size()) return false;
+      if (!piece.empty() && std::fwrite(piece.data(), 1, piece.size(), f) != piece.size()) return false;
     return std::fflush(f) == 0;
   };
   struct stat st {};
