@@ -81,7 +81,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   run.step("schedule", [&] { each([](CompiledProfile& p) { p.schedule = schedule(p.graph, std::move(p.schedule)); }); });
   if (stop_after("schedule")) return result;
   codegen::ModuleTable modules;
-  run.step("lower", [&] { each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules); }); });
+  run.step("lower", [&] { each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, options.archs); }); });
   if (stop_after("lower")) return result;
   run.step("memory_plan", [&] { each([](CompiledProfile& p) { p.memory = memory_plan(p.graph, p.schedule); }); });
   if (stop_after("memory_plan")) return result;

@@ -52,8 +52,8 @@ LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(nam
 
 class StepLowering {
  public:
-  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, std::vector<Launch>& out)
-      : g_(g), step_(step), index_(index), modules_(modules), out_(out) {}
+  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, std::vector<Launch>& out, bool fp8_mma)
+      : g_(g), step_(step), index_(index), modules_(modules), out_(out), fp8_mma_(fp8_mma) {}
 
   void lower() {
     if (step_.kind == StepKind::gemm)
@@ -88,8 +88,10 @@ class StepLowering {
   }
 
   // The row kernel over `rows` rows of `v`, from `producer`, storing or quantizing into v's
-  // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers.
-  void emit_row(const Producer& producer, const Value& v) {
+  // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
+  // `amax_done` (current scaling), the producer's kernel already wrote v's amax there, and
+  // only the cast pass runs.
+  void emit_row(const Producer& producer, const Value& v, const std::string& amax_done = "") {
     const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
     if (v.proto.usage.columnwise)
       throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
@@ -114,6 +116,11 @@ class StepLowering {
         case QuantizerKind::fp8_current: {
           defines.push_back("TEC_OUT=10");
           slots[4] = buf(role(v, BufferRole::scale_inv));
+          if (!amax_done.empty()) {
+            slots[5] = buf(amax_done);
+            passes = {2};
+            break;
+          }
           slots[5] = buf(add_workspace(v.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32)));
           memset(slots[5].buffer);
           passes = {1, 2};
@@ -321,32 +328,39 @@ class StepLowering {
     // Epilogue.
     if (has_bias) {
       const Value& b = input(linear, 2);
-      // Measured on the H100 (cuBLASLt 13.1): no algorithm takes an fp32 bias with FP8
-      // operands and a bf16/FP8 D. fp32 models (an ONNX export left in fp32) run their FP8
-      // GEMMs on the CPU reference; exported in bf16 they run here.
-      if (is_float8(gemm.a.type) && b.proto.dtype == DType::fp32)
-        throw NotLowered{"linear '" + linear.name + "' has an fp32 bias, which cuBLASLt's FP8 GEMMs do not take "
-                         "(export the model in bf16 for the FP8 GPU path)"};
       gemm.bias = data(b);
       gemm.bias_type = b.proto.dtype;
     }
     std::string act_name;
     if (act) act_name = act->op == "gelu" ? "gelu" : "relu";
     gemm.epilogue = act_name.empty() ? (has_bias ? "bias" : "default") : act_name + (has_bias ? "_bias" : "");
+    DType residual_type = DType::bf16;
     if (residual_add) {
       const ValueId made_here = residual_add->inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
       const Value& r = g_.value(residual_add->inputs[static_cast<size_t>(1 - made_here)]);
       if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
       gemm.c = data(r);
+      residual_type = r.proto.dtype;
       if (r.proto.dtype != (out.proto.quantizer ? DType::bf16 : out.proto.dtype))
         throw NotLowered{"residual '" + r.name + "' and the output of '" + step_.name + "' differ in dtype"};
     }
+    const bool small = small_gemm_fits(gemm, x, w, residual_type, out);
+    // Measured on the H100 (cuBLASLt 13.1): no algorithm takes an fp32 bias with FP8
+    // operands and a bf16/FP8 D. fp32 models (an ONNX export left in fp32) run their FP8
+    // GEMMs on the CPU reference; exported in bf16 they run here.
+    if (!small && is_float8(gemm.a.type) && has_bias && gemm.bias_type == DType::fp32)
+      throw NotLowered{"linear '" + linear.name + "' has an fp32 bias, which cuBLASLt's FP8 GEMMs do not take "
+                       "(export the model in bf16 for the FP8 GPU path)"};
+    if (small)
+      step_.fusions.push_back("gpu: " + std::to_string(gemm.m) + " rows (at most " + std::to_string(kSmallGemmMaxRows) +
+                              "): tec's small-M FP8 GEMM kernel, with the epilogue, instead of cuBLASLt");
+    auto finish = [&] { small ? push_small_gemm(gemm, residual_type) : push_gemm(gemm); };
 
     // Output: written directly, in FP8 with the delayed scale, or staged in bf16 and quantized.
     if (!out.proto.quantizer) {
       gemm.d = data(out);
       gemm.d_type = out.proto.dtype;
-      push_gemm(gemm);
+      finish();
       return;
     }
     const Quantizer& q = *out.proto.quantizer;
@@ -356,19 +370,72 @@ class StepLowering {
       gemm.d_scale = state_buffer_name(out.name, "scale");
       gemm.amax_d = state_buffer_name(out.name, "amax_history");
       step_.fusions.push_back("gpu: quantize of '" + out.name + "' fused into the GEMM (FP8 output, D scale and amax)");
-      push_gemm(gemm);
+      finish();
       return;
     }
     gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
     gemm.d_type = DType::bf16;
+    if (small && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
+      gemm.amax_d = add_workspace(out.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32));
+      memset(gemm.amax_d);
+      step_.fusions.push_back("gpu: fp8_current output of '" + out.name +
+                              "' staged in bf16 with its amax from the GEMM, then cast by a row kernel");
+      finish();
+      emit_row(load(gemm.d, DType::bf16, "staging"), out, gemm.amax_d);
+      return;
+    }
     const bool whole_tensor_amax = q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::nvfp4;
     step_.fusions.push_back("gpu: " + std::string(tec::to_string(q.kind)) + " output of '" + out.name +
                             "' staged in bf16, then quantized by a row kernel (" +
                             (whole_tensor_amax ? "its scale needs the whole output's amax first"
                                                : "cuBLASLt does not write this format") +
                             ")");
-    push_gemm(gemm);
+    finish();
     emit_row(load(gemm.d, DType::bf16, "staging"), out);
+  }
+
+  // Whether kernels/gemm_small_m.cu takes this GEMM: per-tensor FP8 operands, few rows, and
+  // the shapes its tiling needs.
+  bool small_gemm_fits(const GemmLaunch& gemm, const Value& x, const Value& w, DType residual_type, const Value& out) const {
+    auto per_tensor = [](const Value& v) {
+      return v.proto.quantizer && (v.proto.quantizer->kind == QuantizerKind::fp8_current ||
+                                   v.proto.quantizer->kind == QuantizerKind::fp8_delayed);
+    };
+    auto bf16_or_fp32 = [](DType d) { return d == DType::bf16 || d == DType::fp32; };
+    return fp8_mma_ && per_tensor(x) && per_tensor(w) && gemm.m >= 1 && gemm.m <= kSmallGemmMaxRows && gemm.k % 64 == 0 &&
+           gemm.n % 16 == 0 && (gemm.bias.empty() || bf16_or_fp32(gemm.bias_type)) &&
+           (gemm.c.empty() || bf16_or_fp32(residual_type)) && (out.proto.quantizer || bf16_or_fp32(out.proto.dtype));
+  }
+
+  // One block of 8 warps per 16 rows of W, each warp a slice of K (measured best on the H100
+  // at mlp.json's shapes, for both N = 16384 and N = 4096).
+  void push_small_gemm(const GemmLaunch& gemm, DType residual_type) {
+    auto code = [](DType d) { return std::to_string(d == DType::fp32 ? 2 : 1); };
+    int out_code = 0;
+    if (is_float8(gemm.d_type)) out_code = 11;
+    else if (!gemm.amax_d.empty()) out_code = 20;
+    else if (gemm.d_type == DType::fp32) out_code = 2;
+    std::vector<std::string> defines = {
+        "TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
+        "TEC_NT=1", "TEC_KS=8", "TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"),
+        "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
+        "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
+        "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
+        "TEC_ACT=" + std::string(gemm.epilogue.starts_with("gelu") ? "1" : gemm.epilogue.starts_with("relu") ? "3" : "0"),
+        "TEC_RESIDUAL=" + (gemm.c.empty() ? std::string("0") : code(residual_type)),
+        "TEC_OUT=" + std::to_string(out_code),
+        "TEC_FP8_E4M3=" + std::string(gemm.d_type == DType::fp8_e4m3 ? "1" : "0")};
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"gemm_small_m.cu", std::move(defines), ""});
+    l.entry = "tec_gemm_small_m";
+    l.grid = {gemm.n / 16, 1, 1};
+    l.block = {256, 1, 1};
+    auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
+    l.args = {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
+              opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
+    out_.push_back(std::move(l));
   }
 
   void push_gemm(const GemmLaunch& gemm) {
@@ -384,11 +451,20 @@ class StepLowering {
   int index_;
   ModuleTable& modules_;
   std::vector<Launch>& out_;
+  bool fp8_mma_;  // every target arch has FP8 mma.sync (sm_89+)
 };
+
+// "sm_90" -> 90; 0 when the name has no number.
+int arch_number(const std::string& arch) {
+  int n = 0;
+  for (char c : arch)
+    if (c >= '0' && c <= '9') n = n * 10 + (c - '0');
+  return n;
+}
 
 }  // namespace
 
-GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules) {
+GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs) {
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
@@ -413,8 +489,9 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
     result.launches.push_back(l);
   }
   try {
+    const bool fp8_mma = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) >= 89; });
     for (size_t i = 0; i < schedule.steps.size(); ++i)
-      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result.launches).lower();
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result.launches, fp8_mma).lower();
   } catch (const NotLowered& e) {
     result.supported = false;
     result.reason = e.reason;

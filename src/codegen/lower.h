@@ -72,9 +72,17 @@ class ModuleTable {
   std::vector<KernelRequest> requests_;
 };
 
-// Lowers every step of one profile. Adds workspaces to `schedule` and fusion notes saying
-// which path each GEMM takes. A step with no GPU implementation yet makes the lowering
-// unsupported (with the reason), not an error: the plan still runs on the CPU reference.
-GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules);
+// Lowers every step of one profile for the target `archs` ("sm_90", ...). Adds workspaces to
+// `schedule` and fusion notes saying which path each GEMM takes. A step with no GPU
+// implementation yet makes the lowering unsupported (with the reason), not an error: the plan
+// still runs on the CPU reference.
+GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs);
+
+// Per-tensor FP8 GEMMs with at most this many rows (tokens) run tec's small-M kernel
+// (kernels/gemm_small_m.cu) instead of cuBLASLt, on archs with FP8 mma (sm_89 and newer).
+// Measured on the H100 at mlp.json's shapes: 27 us per 64 MB weight at M = 16 and 30 us at
+// M = 32 (2.2-2.5 TB/s), where cuBLASLt's best took 31-32 us at M = 16; at M = 64 its
+// accumulators no longer fit in registers.
+inline constexpr int64_t kSmallGemmMaxRows = 32;
 
 }  // namespace tec::codegen

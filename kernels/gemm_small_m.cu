@@ -1,0 +1,183 @@
+// The small-M FP8 GEMM: D[m, n] = epilogue(sa * sb * sum_k X[m, k] W[n, k]) for per-tensor
+// FP8 operands when M (the tokens) is small, as at decode-like T = 16. Such a GEMM reads every
+// weight byte once and does little arithmetic per byte, so its time is the time to stream W;
+// cuBLASLt's kernels streamed mlp.json's FP8 weights at about 2.1 TB/s on the H100 at T = 16.
+// This kernel is shaped for the stream instead: each warp owns 16 rows of W over a slice of K,
+// keeps TEC_UNROLL 16-byte loads per row in flight, and feeds them straight from registers to
+// mma.sync m16n8k32 (W as A, X as B), so W never goes through shared memory.
+//
+// Fragment trick: the thread that holds A(row, k) for k in {4t..4t+3, 16+4t..16+4t+3} of an
+// mma loads 16 contiguous bytes W[row][16t .. 16t+15] and uses them for two mmas. Since the
+// thread that holds B(k, token) for the same logical k is the same t, both operands go
+// through the same permutation of k, which a dot product does not see.
+//
+// The warps of a block split K (TEC_KS slices) over TEC_NT tiles of 16 rows; partial sums meet
+// in shared memory, and one pass adds them and applies the epilogue in the order cuBLASLt's
+// does: alpha, bias, activation, then + C (the residual, beta = 1), then the store.
+//
+// Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % (16 * TEC_NT) == 0), TEC_NT * TEC_KS
+// == 8 warps, TEC_UNROLL; TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
+// 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu; TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT
+// 0 bf16, 2 fp32, 11 FP8 with the D scale and amax (delayed scaling), 20 bf16 and the amax of
+// its rounded values (the staging of current scaling, whose cast pass then skips its amax pass).
+//
+// Arguments (one TecArgs by value): 0 W data, 1 W scale_inv, 2 X data, 3 X scale_inv, 4 bias,
+// 5 C, 6 D, 7 D scale, 8 amax (atomic max into a zeroed float).
+#include "common.cuh"
+#include "tec_math.h"
+
+struct TecArgs {
+  unsigned long long slot[16];
+};
+
+#define TEC_WARPS 8
+#define TEC_TOKEN_TILES ((TEC_M + 7) / 8)
+#define TEC_BLOCK_N (16 * TEC_NT)
+
+#if TEC_A_E4M3
+#define TEC_A_TYPE "e4m3"
+#else
+#define TEC_A_TYPE "e5m2"
+#endif
+#if TEC_B_E4M3
+#define TEC_B_TYPE "e4m3"
+#else
+#define TEC_B_TYPE "e5m2"
+#endif
+
+__device__ __forceinline__ void tec_mma(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k32.row.col.f32." TEC_A_TYPE "." TEC_B_TYPE ".f32 "
+               "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// W is read once per run: no L1 allocation, and first out of L2 (policy from
+// tec_evict_first_policy), so that it does not push out the activations.
+__device__ __forceinline__ unsigned long long tec_evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+  return policy;
+}
+__device__ __forceinline__ uint4 tec_load_stream(const void* p, unsigned long long policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
+}
+
+__device__ __forceinline__ float tec_load_param(const void* base, i64 index, int dtype) {
+  return dtype == 2 ? ((const float*)base)[index] : tec_bf16_to_float(((const u16*)base)[index]);
+}
+
+extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m(TecArgs args) {
+  const u8* w = (const u8*)args.slot[0];
+  const u8* x = (const u8*)args.slot[2];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int tile = warp % TEC_NT, slice = warp / TEC_NT;
+  const i64 row0 = (i64)blockIdx.x * TEC_BLOCK_N + tile * 16;
+
+  constexpr int kSteps = TEC_K / 64;  // 64 bytes of K per step: 16 per thread of a row group
+  const int step_begin = slice * kSteps / TEC_KS, step_end = (slice + 1) * kSteps / TEC_KS;
+  const unsigned long long policy = tec_evict_first_policy();
+  const u8* w_lo = w + (row0 + g) * TEC_K + 16 * t;
+  const u8* w_hi = w_lo + 8 * (i64)TEC_K;
+  const u8* x_row[TEC_TOKEN_TILES];
+#pragma unroll
+  for (int j = 0; j < TEC_TOKEN_TILES; ++j) x_row[j] = x + (i64)(8 * j + g) * TEC_K + 16 * t;
+
+  float acc[TEC_TOKEN_TILES][4];
+#pragma unroll
+  for (int j = 0; j < TEC_TOKEN_TILES; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  auto consume = [&](const uint4& lo, const uint4& hi, const uint4 (&xs)[TEC_TOKEN_TILES]) {
+#pragma unroll
+    for (int j = 0; j < TEC_TOKEN_TILES; ++j) {
+      tec_mma(acc[j], lo.x, hi.x, lo.y, hi.y, xs[j].x, xs[j].y);
+      tec_mma(acc[j], lo.z, hi.z, lo.w, hi.w, xs[j].z, xs[j].w);
+    }
+  };
+  auto load_x = [&](int step, uint4 (&xs)[TEC_TOKEN_TILES]) {
+#pragma unroll
+    for (int j = 0; j < TEC_TOKEN_TILES; ++j)
+      xs[j] = (8 * j + g < TEC_M) ? __ldg((const uint4*)(x_row[j] + 64 * (i64)step)) : make_uint4(0, 0, 0, 0);
+  };
+
+  int step = step_begin;
+  for (; step + TEC_UNROLL <= step_end; step += TEC_UNROLL) {
+    uint4 lo[TEC_UNROLL], hi[TEC_UNROLL];
+    uint4 xs[TEC_UNROLL][TEC_TOKEN_TILES];
+#pragma unroll
+    for (int u = 0; u < TEC_UNROLL; ++u) {
+      lo[u] = tec_load_stream(w_lo + 64 * (i64)(step + u), policy);
+      hi[u] = tec_load_stream(w_hi + 64 * (i64)(step + u), policy);
+    }
+#pragma unroll
+    for (int u = 0; u < TEC_UNROLL; ++u) load_x(step + u, xs[u]);
+#pragma unroll
+    for (int u = 0; u < TEC_UNROLL; ++u) consume(lo[u], hi[u], xs[u]);
+  }
+  for (; step < step_end; ++step) {
+    uint4 xs[TEC_TOKEN_TILES];
+    const uint4 lo = tec_load_stream(w_lo + 64 * (i64)step, policy), hi = tec_load_stream(w_hi + 64 * (i64)step, policy);
+    load_x(step, xs);
+    consume(lo, hi, xs);
+  }
+
+  // Partial sums [slice][token][block row]: the fragment holds rows g and g + 8 of the tile,
+  // tokens 8j + 2t and 8j + 2t + 1.
+  __shared__ float partial[TEC_KS * TEC_M * TEC_BLOCK_N];
+#pragma unroll
+  for (int j = 0; j < TEC_TOKEN_TILES; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int token = 8 * j + 2 * t + (e & 1), row = tile * 16 + g + (e >= 2 ? 8 : 0);
+      if (token < TEC_M) partial[(slice * TEC_M + token) * TEC_BLOCK_N + row] = acc[j][e];
+    }
+  __syncthreads();
+
+  const float alpha = *(const float*)args.slot[1] * *(const float*)args.slot[3];
+#if TEC_OUT == 11
+  const float d_scale = *(const float*)args.slot[7];
+#endif
+#if TEC_OUT == 11 || TEC_OUT == 20
+  float local_amax = 0.0f;
+#endif
+  for (int i = threadIdx.x; i < TEC_M * TEC_BLOCK_N; i += TEC_WARPS * 32) {
+    const int token = i / TEC_BLOCK_N, row = i % TEC_BLOCK_N;
+    float sum = 0.0f;
+#pragma unroll
+    for (int s = 0; s < TEC_KS; ++s) sum += partial[(s * TEC_M + token) * TEC_BLOCK_N + row];
+    const i64 n = (i64)blockIdx.x * TEC_BLOCK_N + row, out = (i64)token * TEC_N + n;
+    float v = alpha * sum;
+#if TEC_BIAS
+    v += tec_load_param((const void*)args.slot[4], n, TEC_BIAS == 2 ? 2 : 0);
+#endif
+#if TEC_ACT == 1
+    v = tec_gelu_tanh(v);
+#elif TEC_ACT == 3
+    v = tec_relu(v);
+#endif
+#if TEC_RESIDUAL
+    v += tec_load_param((const void*)args.slot[5], out, TEC_RESIDUAL == 2 ? 2 : 0);
+#endif
+#if TEC_OUT == 0
+    ((u16*)args.slot[6])[out] = tec_float_to_bf16(v);
+#elif TEC_OUT == 2
+    ((float*)args.slot[6])[out] = v;
+#elif TEC_OUT == 11
+    local_amax = fmaxf(local_amax, fabsf(v));
+    ((u8*)args.slot[6])[out] = tec_encode(v * d_scale);
+#elif TEC_OUT == 20
+    const u16 rounded = tec_float_to_bf16(v);
+    local_amax = fmaxf(local_amax, fabsf(tec_bf16_to_float(rounded)));
+    ((u16*)args.slot[6])[out] = rounded;
+#endif
+  }
+#if TEC_OUT == 11 || TEC_OUT == 20
+  for (int offset = 16; offset > 0; offset /= 2) local_amax = fmaxf(local_amax, __shfl_xor_sync(0xFFFFFFFFu, local_amax, offset));
+  if (lane == 0) tec_atomic_amax((float*)args.slot[8], local_amax);
+#endif
+}
