@@ -231,9 +231,15 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   }
 
   // Benchmark: graph replays against eager launches, each run timed with events.
+  // From the linear ops rather than the launches: a GEMM may run in cuBLASLt or in tec's own kernel.
   double flops = 0;
-  for (const auto& l : profile.launches)
-    if (l.kind == "gemm") flops += 2.0 * static_cast<double>(l.gemm.m) * static_cast<double>(l.gemm.n) * static_cast<double>(l.gemm.k);
+  for (const auto& step : profile.steps)
+    for (const auto& op : step.ops)
+      if (op.op == "linear" && op.inputs.size() >= 2) {
+        const Shape& x = profile.tensors.at(op.inputs[0]).proto.shape;
+        const Shape& w = profile.tensors.at(op.inputs[1]).proto.shape;
+        flops += 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(w[0]);
+      }
   double io_bytes = static_cast<double>(session.constant_bytes());
   for (const auto& b : profile.buffers)
     if (b.region == "input" || b.region == "output") io_bytes += static_cast<double>(b.bytes);
