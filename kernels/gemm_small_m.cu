@@ -11,12 +11,10 @@
 // thread that holds B(k, token) for the same logical k is the same t, both operands go
 // through the same permutation of k, which a dot product does not see.
 //
-// The warps of a block split K (TEC_KS slices) over TEC_NT tiles of 16 rows; partial sums meet
-// in shared memory, and one pass adds them and applies the epilogue in the order cuBLASLt's
+// A block owns 16 rows of W, and its TEC_WARPS warps split K; partial sums meet in shared memory, and one pass adds them and applies the epilogue in the order cuBLASLt's
 // does: alpha, bias, activation, then + C (the residual, beta = 1), then the store.
 //
-// Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % (16 * TEC_NT) == 0), TEC_NT * TEC_KS
-// == 8 warps, TEC_UNROLL; TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
+// Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % 16 == 0), TEC_UNROLL; TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
 // 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu; TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT
 // 0 bf16, 2 fp32, 11 FP8 with the D scale and amax (delayed scaling), 20 bf16 and the amax of
 // its rounded values (the staging of current scaling, whose cast pass then skips its amax pass).
@@ -30,9 +28,10 @@ struct TecArgs {
   unsigned long long slot[16];
 };
 
+// 8 warps per block, 2 blocks per SM: the best of 4-16 warps and 1-4 blocks per SM measured on
+// the H100 at mlp.json's shapes (2.45-2.50 TB/s; splitting a block over more rows was slower).
 #define TEC_WARPS 8
 #define TEC_TOKEN_TILES ((TEC_M + 7) / 8)
-#define TEC_BLOCK_N (16 * TEC_NT)
 
 #if TEC_A_E4M3
 #define TEC_A_TYPE "e4m3"
@@ -76,11 +75,11 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
   const u8* x = (const u8*)args.slot[2];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int tile = warp % TEC_NT, slice = warp / TEC_NT;
-  const i64 row0 = (i64)blockIdx.x * TEC_BLOCK_N + tile * 16;
+  const int slice = warp;
+  const i64 row0 = (i64)blockIdx.x * 16;
 
   constexpr int kSteps = TEC_K / 64;  // 64 bytes of K per step: 16 per thread of a row group
-  const int step_begin = slice * kSteps / TEC_KS, step_end = (slice + 1) * kSteps / TEC_KS;
+  const int step_begin = slice * kSteps / TEC_WARPS, step_end = (slice + 1) * kSteps / TEC_WARPS;
   const unsigned long long policy = tec_evict_first_policy();
   const u8* w_lo = w + (row0 + g) * TEC_K + 16 * t;
   const u8* w_hi = w_lo + 8 * (i64)TEC_K;
@@ -126,15 +125,15 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
     consume(lo, hi, xs);
   }
 
-  // Partial sums [slice][token][block row]: the fragment holds rows g and g + 8 of the tile,
+  // Partial sums [slice][token][row]: the fragment holds rows g and g + 8 of the block,
   // tokens 8j + 2t and 8j + 2t + 1.
-  __shared__ float partial[TEC_KS * TEC_M * TEC_BLOCK_N];
+  __shared__ float partial[TEC_WARPS * TEC_M * 16];
 #pragma unroll
   for (int j = 0; j < TEC_TOKEN_TILES; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const int token = 8 * j + 2 * t + (e & 1), row = tile * 16 + g + (e >= 2 ? 8 : 0);
-      if (token < TEC_M) partial[(slice * TEC_M + token) * TEC_BLOCK_N + row] = acc[j][e];
+      const int token = 8 * j + 2 * t + (e & 1), row = g + (e >= 2 ? 8 : 0);
+      if (token < TEC_M) partial[(slice * TEC_M + token) * 16 + row] = acc[j][e];
     }
   __syncthreads();
 
@@ -145,12 +144,12 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
 #if TEC_OUT == 11 || TEC_OUT == 20
   float local_amax = 0.0f;
 #endif
-  for (int i = threadIdx.x; i < TEC_M * TEC_BLOCK_N; i += TEC_WARPS * 32) {
-    const int token = i / TEC_BLOCK_N, row = i % TEC_BLOCK_N;
+  for (int i = threadIdx.x; i < TEC_M * 16; i += TEC_WARPS * 32) {
+    const int token = i / 16, row = i % 16;
     float sum = 0.0f;
 #pragma unroll
-    for (int s = 0; s < TEC_KS; ++s) sum += partial[(s * TEC_M + token) * TEC_BLOCK_N + row];
-    const i64 n = (i64)blockIdx.x * TEC_BLOCK_N + row, out = (i64)token * TEC_N + n;
+    for (int s = 0; s < TEC_WARPS; ++s) sum += partial[(s * TEC_M + token) * 16 + row];
+    const i64 n = row0 + row, out = (i64)token * TEC_N + n;
     float v = alpha * sum;
 #if TEC_BIAS
     v += tec_load_param((const void*)args.slot[4], n, TEC_BIAS == 2 ? 2 : 0);

@@ -417,7 +417,7 @@ class StepLowering {
     else if (gemm.d_type == DType::fp32) out_code = 2;
     std::vector<std::string> defines = {
         "TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
-        "TEC_NT=1", "TEC_KS=8", "TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"),
+        "TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"),
         "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
         "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
         "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
@@ -431,7 +431,7 @@ class StepLowering {
     l.module = modules_.add(KernelRequest{"gemm_small_m.cu", std::move(defines), ""});
     l.entry = "tec_gemm_small_m";
     l.grid = {gemm.n / 16, 1, 1};
-    l.block = {256, 1, 1};
+    l.block = {256, 1, 1};  // TEC_WARPS (8) x 32 in kernels/gemm_small_m.cu
     auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
     l.args = {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
               opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
