@@ -164,10 +164,10 @@ Status Session::run_eager(cudaStream_t stream) {
 
 namespace {
 
-// The state format: "TECSTATE", u32 version 2 (2: the four-lane checksum64), u32 count, then per buffer u32 name length,
-// the name, u64 size, the bytes; then a checksum64 of everything before it.
+// The state format: "TECSTATE", u32 version, u32 count, then per buffer u32 name length, the
+// name, u64 size, the bytes; then a checksum64 of everything before it.
 constexpr char kStateMagic[8] = {'T', 'E', 'C', 'S', 'T', 'A', 'T', 'E'};
-constexpr uint32_t kStateVersion = 2;
+constexpr uint32_t kStateVersion = 2;  // 2: the four-lane checksum64
 
 template <typename T>
 void put(std::vector<uint8_t>& out, T value) {

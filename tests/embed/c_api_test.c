@@ -87,6 +87,10 @@ int main(int argc, char** argv) {
   state[size / 2] ^= 0x10;
   EXPECT(tec_session_set_state(session, state, size) == TEC_ERROR_INVALID_PLAN);
   EXPECT(strstr(tec_last_error(), "checksum") != NULL);
+  state[size / 2] ^= 0x10;
+  state[8] = 1; /* a version-1 state (before the four-lane checksum): named, not a checksum error */
+  EXPECT(tec_session_set_state(session, state, size) == TEC_ERROR_INVALID_PLAN);
+  EXPECT(strstr(tec_last_error(), "version 1 is not supported") != NULL);
 
   tec_session_free(session);
   tec_plan_free(plan);
