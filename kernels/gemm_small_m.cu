@@ -20,7 +20,9 @@
 // its rounded values (the staging of current scaling, whose cast pass then skips its amax pass).
 //
 // Arguments (one TecArgs by value): 0 W data, 1 W scale_inv, 2 X data, 3 X scale_inv, 4 bias,
-// 5 C, 6 D, 7 D scale, 8 amax (atomic max into a zeroed float).
+// 5 C, 6 D, 7 D scale, 8 amax: TEC_OUT 11 maxes into amax_history[0] atomically; TEC_OUT 20
+// writes one float per block (gridDim.x of them), which the cast pass reduces, so that no
+// memset has to zero a target first (row.cu, TEC_AMAX_PARTIALS).
 #include "common.cuh"
 #include "tec_math.h"
 
@@ -177,6 +179,18 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
   }
 #if TEC_OUT == 11 || TEC_OUT == 20
   for (int offset = 16; offset > 0; offset /= 2) local_amax = fmaxf(local_amax, __shfl_xor_sync(0xFFFFFFFFu, local_amax, offset));
+#endif
+#if TEC_OUT == 11
   if (lane == 0) tec_atomic_amax((float*)args.slot[8], local_amax);
+#elif TEC_OUT == 20
+  __shared__ float warp_amax[TEC_WARPS];
+  if (lane == 0) warp_amax[warp] = local_amax;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float block_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < TEC_WARPS; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
+    ((float*)args.slot[8])[blockIdx.x] = block_amax;
+  }
 #endif
 }

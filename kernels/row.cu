@@ -18,6 +18,10 @@
 //   0 input (or quantized data), 1 gamma / second input / bias / dequant scale_inv,
 //   2 beta / dequant amax, 3 output data, 4 output scale_inv, 5 output amax (current scaling
 //   and NVFP4: the tensor's amax; delayed: amax_history[0]), 6 delayed scale, 7 rows (M).
+// TEC_AMAX_PARTIALS = P > 0 (current scaling): slot 5 holds P per-block amaxes instead of
+// one atomically maxed float; the amax pass writes its block's (block x * gridDim.y + y) and
+// the cast pass reduces all P. That needs no zeroed buffer, so no memset before the amax
+// pass: a memset node cost ~2 us in a replayed graph on the H100, a kernel node ~1 us.
 #include "common.cuh"
 #include "tec_math.h"
 
@@ -26,6 +30,9 @@ struct TecArgs {
 };
 
 #define TEC_WARPS (TEC_ROW_THREADS / 32)
+#ifndef TEC_AMAX_PARTIALS
+#define TEC_AMAX_PARTIALS 0
+#endif
 
 template <int kDtype>
 __device__ __forceinline__ float tec_load(const void* base, i64 index) {
@@ -239,12 +246,22 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   float local = 0.0f;
   tec_for_row(args, row, [&](i64, float v) { local = fmaxf(local, fabsf(v)); });
   const float amax = tec_block_max(local, scratch);
+#if TEC_AMAX_PARTIALS
+  if (t == 0) ((float*)args.slot[5])[blockIdx.x * gridDim.y + blockIdx.y] = amax;
+#else
   if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
+#endif
 
 #elif TEC_OUT == 10 || TEC_OUT == 11
 #if TEC_OUT == 10
-  const float scale =
-      tec_scale_from_amax_value(*(const float*)args.slot[5], TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
+#if TEC_AMAX_PARTIALS
+  float partials_max = 0.0f;
+  for (int i = t; i < TEC_AMAX_PARTIALS; i += TEC_ROW_THREADS) partials_max = fmaxf(partials_max, ((const float*)args.slot[5])[i]);
+  const float tensor_amax = tec_block_max(partials_max, scratch);
+#else
+  const float tensor_amax = *(const float*)args.slot[5];
+#endif
+  const float scale = tec_scale_from_amax_value(tensor_amax, TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
 #else
   const float scale = *(const float*)args.slot[6];
   float local = 0.0f;

@@ -87,11 +87,21 @@ class StepLowering {
     out_.push_back(std::move(l));
   }
 
+  // Per-block amaxes (TEC_AMAX_PARTIALS in kernels/row.cu) for a current-scaling output, as
+  // the amax pass or a GEMM epilogue leaves them for the cast pass.
+  struct AmaxPartials {
+    std::string buffer;
+    int64_t count = 0;
+  };
+  // Every cast-pass block reads all the partials; past this many (layernorm at T > 1024), one
+  // float maxed atomically after a memset is cheaper.
+  static constexpr int64_t kMaxAmaxPartials = 1024;
+
   // The row kernel over `rows` rows of `v`, from `producer`, storing or quantizing into v's
   // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
-  // `amax_done` (current scaling), the producer's kernel already wrote v's amax there, and
+  // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
   // only the cast pass runs.
-  void emit_row(const Producer& producer, const Value& v, const std::string& amax_done = "") {
+  void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr) {
     const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
     if (v.proto.usage.columnwise)
       throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
@@ -116,14 +126,20 @@ class StepLowering {
         case QuantizerKind::fp8_current: {
           defines.push_back("TEC_OUT=10");
           slots[4] = buf(role(v, BufferRole::scale_inv));
-          if (!amax_done.empty()) {
-            slots[5] = buf(amax_done);
+          if (amax_done) {
+            slots[5] = buf(amax_done->buffer);
+            defines.push_back("TEC_AMAX_PARTIALS=" + std::to_string(amax_done->count));
             passes = {2};
+            break;
+          }
+          passes = {1, 2};
+          if (const int64_t blocks = rows * (split_rows ? row_chunks(rows, cols) : 1); blocks <= kMaxAmaxPartials) {
+            slots[5] = buf(add_workspace(v.name + ".amax_partials", TensorProto::dense(Shape{blocks}, DType::fp32)));
+            defines.push_back("TEC_AMAX_PARTIALS=" + std::to_string(blocks));
             break;
           }
           slots[5] = buf(add_workspace(v.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32)));
           memset(slots[5].buffer);
-          passes = {1, 2};
           break;
         }
         case QuantizerKind::fp8_delayed:
@@ -376,12 +392,13 @@ class StepLowering {
     gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
     gemm.d_type = DType::bf16;
     if (small && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
-      gemm.amax_d = add_workspace(out.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32));
-      memset(gemm.amax_d);
+      const AmaxPartials partials{add_workspace(out.name + ".amax_partials", TensorProto::dense(Shape{small_gemm_blocks(gemm)}, DType::fp32)),
+                                  small_gemm_blocks(gemm)};
+      gemm.amax_d = partials.buffer;
       step_.fusions.push_back("gpu: fp8_current output of '" + out.name +
                               "' staged in bf16 with its amax from the GEMM, then cast by a row kernel");
       finish();
-      emit_row(load(gemm.d, DType::bf16, "staging"), out, gemm.amax_d);
+      emit_row(load(gemm.d, DType::bf16, "staging"), out, &partials);
       return;
     }
     const bool whole_tensor_amax = q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::nvfp4;
@@ -409,6 +426,7 @@ class StepLowering {
 
   // One block of 8 warps per 16 rows of W, each warp a slice of K (measured best on the H100
   // at mlp.json's shapes, for both N = 16384 and N = 4096).
+  static int64_t small_gemm_blocks(const GemmLaunch& gemm) { return gemm.n / 16; }
   void push_small_gemm(const GemmLaunch& gemm, DType residual_type) {
     auto code = [](DType d) { return std::to_string(d == DType::fp32 ? 2 : 1); };
     int out_code = 0;
@@ -430,7 +448,7 @@ class StepLowering {
     l.step = index_;
     l.module = modules_.add(KernelRequest{"gemm_small_m.cu", std::move(defines), ""});
     l.entry = "tec_gemm_small_m";
-    l.grid = {gemm.n / 16, 1, 1};
+    l.grid = {small_gemm_blocks(gemm), 1, 1};
     l.block = {256, 1, 1};  // TEC_WARPS (8) x 32 in kernels/gemm_small_m.cu
     auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
     l.args = {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
