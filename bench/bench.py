@@ -201,13 +201,14 @@ def run_tec(out, w, tokens, recipes, build, tune):
     (out / "mlp_bench.json").write_text(json.dumps(graph, indent=1))
     results = []
     for recipe in recipes:
-        plan = out / f"mlp.{recipe}.teplan"
-        started = time.time()
-        subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "-q"] +
-                       (["--tune"] if tune else []), check=True)
-        print(f"te-compile {recipe}{' --tune' if tune else ''}: {time.time() - started:.1f} s for {len(tokens)} profiles",
-              flush=True)
         for t in tokens:
+            # One plan per T, as max-autotune compiles per shape: in a plan with several T the
+            # profiles share the weights, so the small-T GEMMs read them row-major (README).
+            plan = out / f"mlp.{recipe}.{t}.teplan"
+            started = time.time()
+            subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "--shape",
+                            f"T={t}", "-q"] + (["--tune"] if tune else []), check=True)
+            print(f"te-compile {recipe} T={t}{' --tune' if tune else ''}: {time.time() - started:.1f} s", flush=True)
             x = inputs(t)[0]
             np.save(out / f"x{t}.npy", x.float().numpy())
             report = out / f"tec.{recipe}.{t}.json"

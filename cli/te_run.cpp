@@ -75,9 +75,10 @@ void inspect(const tec::plan::Plan& plan) {
                 static_cast<long long>(p.scratch_naive_bytes));
     std::printf("\n  %-40s %-10s %12s %10s  %-10s %-16s %s\n", "buffer", "region", "offset", "bytes", "dtype", "shape", "lifetime");
     for (const auto& b : p.buffers)
-      std::printf("  %-40s %-10s %12lld %10lld  %-10s %-16s [%d, %d]\n", b.name.c_str(), b.region.c_str(),
+      std::printf("  %-40s %-10s %12lld %10lld  %-10s %-16s [%d, %d]%s\n", b.name.c_str(), b.region.c_str(),
                   static_cast<long long>(b.offset), static_cast<long long>(b.bytes), std::string(tec::to_string(b.dtype)).c_str(),
-                  b.shape.str().c_str(), b.first_step, b.last_step);
+                  b.shape.str().c_str(), b.first_step, b.last_step,
+                  b.device_layout.empty() ? "" : ("  device layout " + b.device_layout).c_str());
     std::printf("\n  %-4s %-7s %-24s %-28s %s\n", "step", "kind", "name", "ops", "deps");
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const auto& s = p.steps[i];

@@ -14,7 +14,8 @@
 // A block owns 16 rows of W, and its TEC_WARPS warps split K; partial sums meet in shared memory, and one pass adds them and applies the epilogue in the order cuBLASLt's
 // does: alpha, bias, activation, then + C (the residual, beta = 1), then the store.
 //
-// Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % 16 == 0), TEC_UNROLL; TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
+// Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % 16 == 0), TEC_UNROLL; TEC_W_TILED (W in
+// the device layout of kernels/small_m_layout.h, else row-major); TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
 // 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu; TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT
 // 0 bf16, 2 fp32, 11 FP8 with the D scale and amax (delayed scaling), 20 bf16 and the amax of
 // its rounded values (the staging of current scaling, whose cast pass then skips its amax pass).
@@ -24,6 +25,7 @@
 // writes one float per block (gridDim.x of them), which the cast pass reduces, so that no
 // memset has to zero a target first (row.cu, TEC_AMAX_PARTIALS).
 #include "common.cuh"
+#include "small_m_layout.h"
 #include "tec_math.h"
 
 struct TecArgs {
@@ -83,8 +85,17 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
   constexpr int kSteps = TEC_K / 64;  // 64 bytes of K per step: 16 per thread of a row group
   const int step_begin = slice * kSteps / TEC_WARPS, step_end = (slice + 1) * kSteps / TEC_WARPS;
   const unsigned long long policy = tec_evict_first_policy();
-  const u8* w_lo = w + (row0 + g) * TEC_K + 16 * t;
-  const u8* w_hi = w_lo + 8 * (i64)TEC_K;
+  auto w_offset = [](i64 n, i64 k) -> i64 {
+#if TEC_W_TILED
+    return tec_small_m_tiled_offset(n, k, TEC_K);
+#else
+    return n * TEC_K + k;
+#endif
+  };
+  // This thread's 16 bytes of rows g and g + 8 in step 0, and how far a step moves them.
+  const u8* w_lo = w + w_offset(row0 + g, 16 * t);
+  const u8* w_hi = w + w_offset(row0 + g + 8, 16 * t);
+  const i64 w_step = w_offset(row0 + g, 64 + 16 * t) - w_offset(row0 + g, 16 * t);
   const u8* x_row[TEC_TOKEN_TILES];
 #pragma unroll
   for (int j = 0; j < TEC_TOKEN_TILES; ++j) x_row[j] = x + (i64)(8 * j + g) * TEC_K + 16 * t;
@@ -112,8 +123,8 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
     uint4 xs[TEC_UNROLL][TEC_TOKEN_TILES];
 #pragma unroll
     for (int u = 0; u < TEC_UNROLL; ++u) {
-      lo[u] = tec_load_stream(w_lo + 64 * (i64)(step + u), policy);
-      hi[u] = tec_load_stream(w_hi + 64 * (i64)(step + u), policy);
+      lo[u] = tec_load_stream(w_lo + w_step * (step + u), policy);
+      hi[u] = tec_load_stream(w_hi + w_step * (step + u), policy);
     }
 #pragma unroll
     for (int u = 0; u < TEC_UNROLL; ++u) load_x(step + u, xs[u]);
@@ -122,7 +133,7 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
   }
   for (; step < step_end; ++step) {
     uint4 xs[TEC_TOKEN_TILES];
-    const uint4 lo = tec_load_stream(w_lo + 64 * (i64)step, policy), hi = tec_load_stream(w_hi + 64 * (i64)step, policy);
+    const uint4 lo = tec_load_stream(w_lo + w_step * step, policy), hi = tec_load_stream(w_hi + w_step * step, policy);
     load_x(step, xs);
     consume(lo, hi, xs);
   }

@@ -1,6 +1,7 @@
 #include "compiler.h"
 
 #include <cctype>
+#include <set>
 #include <chrono>
 #include <cstdio>
 
@@ -81,9 +82,27 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   run.step("schedule", [&] { each([](CompiledProfile& p) { p.schedule = schedule(p.graph, std::move(p.schedule)); }); });
   if (stop_after("schedule")) return result;
   codegen::ModuleTable modules;
-  run.step("lower", [&] { each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, options.archs); }); });
+  std::set<std::string> tiled_weights;
+  run.step("lower", [&] {
+    // Which weights only small-M GEMMs read, in any profile, is known after lowering them all:
+    // a scratch lowering first (cheap: no code is compiled here), then the real one.
+    std::vector<codegen::GpuLowering> scratch;
+    codegen::ModuleTable scratch_modules;
+    for (const CompiledProfile& p : result.profiles) {
+      Schedule copy = p.schedule;
+      scratch.push_back(codegen::lower_for_gpu(p.graph, copy, scratch_modules, options.archs));
+    }
+    tiled_weights = codegen::small_m_only_weights(scratch);
+    each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, options.archs, tiled_weights); });
+  });
   if (stop_after("lower")) return result;
-  run.step("memory_plan", [&] { each([](CompiledProfile& p) { p.memory = memory_plan(p.graph, p.schedule); }); });
+  run.step("memory_plan", [&] {
+    each([&](CompiledProfile& p) {
+      p.memory = memory_plan(p.graph, p.schedule);
+      for (PlannedBuffer& b : p.memory.buffers)
+        if (b.region == Region::constants && tiled_weights.count(b.name)) b.device_layout = "small_m_tiles";
+    });
+  });
   if (stop_after("memory_plan")) return result;
   run.step("codegen", [&] {
     bool gpu = true;

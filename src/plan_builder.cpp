@@ -186,6 +186,7 @@ json profile_manifest(const CompiledProfile& p) {
                        {"shape", b.shape.dims},
                        {"offset", b.offset},
                        {"bytes", b.bytes},
+                       {"device_layout", b.device_layout},
                        {"lifetime", {b.first_step, b.last_step}}});
     // Workspaces and new saved tensors belong to a node, not a tensor of the graph.
     if (!g.find_value(b.tensor)) continue;

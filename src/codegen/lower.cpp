@@ -1,6 +1,7 @@
 #include "codegen/lower.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 
 #include "codegen/quantize_kernels.h"
@@ -52,8 +53,10 @@ LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(nam
 
 class StepLowering {
  public:
-  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, std::vector<Launch>& out, bool fp8_mma)
-      : g_(g), step_(step), index_(index), modules_(modules), out_(out), fp8_mma_(fp8_mma) {}
+  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma,
+               const std::set<std::string>& tiled_weights)
+      : g_(g), step_(step), index_(index), modules_(modules), out_(out.launches), small_m_weights_(out.small_m_weights),
+        fp8_mma_(fp8_mma), tiled_weights_(tiled_weights) {}
 
   void lower() {
     if (step_.kind == StepKind::gemm)
@@ -367,9 +370,14 @@ class StepLowering {
     if (!small && is_float8(gemm.a.type) && has_bias && gemm.bias_type == DType::fp32)
       throw NotLowered{"linear '" + linear.name + "' has an fp32 bias, which cuBLASLt's FP8 GEMMs do not take "
                        "(export the model in bf16 for the FP8 GPU path)"};
-    if (small)
+    if (small) {
       step_.fusions.push_back("gpu: " + std::to_string(gemm.m) + " rows (at most " + std::to_string(kSmallGemmMaxRows) +
                               "): tec's small-M FP8 GEMM kernel, with the epilogue, instead of cuBLASLt");
+      if (w.kind == ValueKind::weight) small_m_weights_.push_back(gemm.a.buffer);
+      if (tiled_weights_.count(gemm.a.buffer))
+        step_.fusions.push_back("gpu: weight '" + w.name + "' lives on the device in the small-M kernel's tiled layout " +
+                                "(its only GPU reader in every profile)");
+    }
     auto finish = [&] { small ? push_small_gemm(gemm, residual_type) : push_gemm(gemm); };
 
     // Output: written directly, in FP8 with the delayed scale, or staged in bf16 and quantized.
@@ -436,6 +444,7 @@ class StepLowering {
     std::vector<std::string> defines = {
         "TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
         "TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"),
+        "TEC_W_TILED=" + std::string(tiled_weights_.count(gemm.a.buffer) ? "1" : "0"),
         "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
         "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
         "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
@@ -469,7 +478,9 @@ class StepLowering {
   int index_;
   ModuleTable& modules_;
   std::vector<Launch>& out_;
+  std::vector<std::string>& small_m_weights_;
   bool fp8_mma_;  // every target arch has FP8 mma.sync (sm_89+)
+  const std::set<std::string>& tiled_weights_;
 };
 
 // "sm_90" -> 90; 0 when the name has no number.
@@ -482,7 +493,8 @@ int arch_number(const std::string& arch) {
 
 }  // namespace
 
-GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs) {
+GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs,
+                          const std::set<std::string>& tiled_weights) {
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
@@ -509,11 +521,12 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   try {
     const bool fp8_mma = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) >= 89; });
     for (size_t i = 0; i < schedule.steps.size(); ++i)
-      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result.launches, fp8_mma).lower();
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, tiled_weights).lower();
   } catch (const NotLowered& e) {
     result.supported = false;
     result.reason = e.reason;
     result.launches.clear();
+    result.small_m_weights.clear();
     for (Step& s : schedule.steps) s.workspaces.clear();
     return result;
   }
@@ -525,6 +538,26 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
     result.launches.push_back(l);
   }
   return result;
+}
+
+std::set<std::string> small_m_only_weights(const std::vector<GpuLowering>& profiles) {
+  std::set<std::string> candidates, other_uses;
+  for (const GpuLowering& p : profiles) {
+    if (!p.supported) return {};
+    candidates.insert(p.small_m_weights.begin(), p.small_m_weights.end());
+    for (const Launch& l : p.launches) {
+      if (l.kind == Launch::Kind::memset) other_uses.insert(l.buffer);
+      if (l.kind == Launch::Kind::gemm)
+        for (const std::string* b : {&l.gemm.a.buffer, &l.gemm.a.scale_inv, &l.gemm.b.buffer, &l.gemm.b.scale_inv, &l.gemm.bias,
+                                     &l.gemm.c, &l.gemm.d, &l.gemm.d_scale, &l.gemm.amax_d})
+          other_uses.insert(*b);
+      for (size_t i = 0; i < l.args.size(); ++i)
+        if (l.args[i].kind == LaunchArg::Kind::buffer && !(l.entry == "tec_gemm_small_m" && i == 0)) other_uses.insert(l.args[i].buffer);
+    }
+  }
+  std::set<std::string> only;
+  std::set_difference(candidates.begin(), candidates.end(), other_uses.begin(), other_uses.end(), std::inserter(only, only.end()));
+  return only;
 }
 
 }  // namespace tec::codegen

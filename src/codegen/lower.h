@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,7 @@ struct GpuLowering {
   bool supported = false;
   std::string reason = "not lowered";  // why not, naming the step and op
   std::vector<Launch> launches;
+  std::vector<std::string> small_m_weights;  // data buffers of weights some small-M GEMM reads as W
 };
 
 // The modules (kernel sources with their defines) that every profile's launches share.
@@ -75,8 +77,16 @@ class ModuleTable {
 // Lowers every step of one profile for the target `archs` ("sm_90", ...). Adds workspaces to
 // `schedule` and fusion notes saying which path each GEMM takes. A step with no GPU
 // implementation yet makes the lowering unsupported (with the reason), not an error: the plan
-// still runs on the CPU reference.
-GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs);
+// still runs on the CPU reference. The small-M GEMMs read the weights in `tiled_weights`
+// (data buffer names) in the device layout of kernels/small_m_layout.h.
+GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs,
+                          const std::set<std::string>& tiled_weights = {});
+
+// The weights that every launch of every profile reads only as a small-M GEMM's W: those can
+// live on the device in that kernel's tiled layout (the device_layout "small_m_tiles" of their
+// plan buffers). Profiles share the constants, so one other reader (cuBLASLt at a larger T, a
+// dequantize kernel) keeps a weight row-major for all of them.
+std::set<std::string> small_m_only_weights(const std::vector<GpuLowering>& profiles);
 
 // Per-tensor FP8 GEMMs with at most this many rows (tokens) run tec's small-M kernel
 // (kernels/gemm_small_m.cu) instead of cuBLASLt, on archs with FP8 mma (sm_89 and newer).

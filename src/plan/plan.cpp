@@ -26,6 +26,7 @@ class Reader {
     TEC_USER_CHECK(j_.contains(key), ctx()) << "missing field '" << key << "'";
     return j_[key];
   }
+  std::string optional_str(const std::string& key) const { return j_.contains(key) ? str(key) : std::string(); }
   std::string str(const std::string& key) const {
     TEC_USER_CHECK(field(key).is_string(), ctx(key)) << "expected a string";
     return field(key).get<std::string>();
@@ -120,6 +121,15 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
   TEC_USER_CHECK(b.offset <= limit && b.bytes <= limit - b.offset, r.ctx("offset"))
       << "buffer '" << b.name << "' [" << b.offset << ", +" << b.bytes << ") lies outside its region of " << limit
       << " bytes";
+  b.device_layout = r.optional_str("device_layout");
+  if (!b.device_layout.empty()) {
+    TEC_USER_CHECK(b.device_layout == "small_m_tiles", r.ctx("device_layout")) << "unknown device layout '" << b.device_layout << "'";
+    TEC_USER_CHECK(b.region == "constants" && (b.dtype == DType::fp8_e4m3 || b.dtype == DType::fp8_e5m2) && b.shape.rank() == 2 &&
+                       b.shape[0] % 16 == 0 && b.shape[1] % 64 == 0,
+                   r.ctx("device_layout"))
+        << "buffer '" << b.name << "': small_m_tiles takes a constant FP8 [N, K] weight with N % 16 == 0 and K % 64 == 0, not "
+        << b.region << " " << to_string(b.dtype) << " " << b.shape.str();
+  }
   const json& life = r.array("lifetime");
   TEC_USER_CHECK(life.size() == 2 && life[0].is_number_integer() && life[1].is_number_integer(), r.ctx("lifetime"))
       << "lifetime must be [first, last]";
@@ -475,6 +485,18 @@ Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
   TEC_USER_CHECK(!profiles.empty(), r.ctx("profiles")) << "a plan needs at least one profile";
   for (size_t i = 0; i < profiles.size(); ++i)
     plan.profiles.push_back(parse_profile(profiles[i], "/profiles/" + std::to_string(i), name, plan));
+  // The device permutes each constant once, for every profile: they must agree on how.
+  std::map<int64_t, const Buffer*> layout_at;
+  for (const Profile& p : plan.profiles)
+    for (const Buffer& b : p.buffers) {
+      if (b.region != "constants" || b.bytes == 0) continue;
+      const auto [it, fresh] = layout_at.emplace(b.offset, &b);
+      TEC_USER_CHECK(fresh || (it->second->device_layout == b.device_layout && it->second->bytes == b.bytes &&
+                               (b.device_layout.empty() || it->second->shape == b.shape)),
+                     r.ctx("profiles"))
+          << "constant '" << b.name << "' at offset " << b.offset << " disagrees with '" << it->second->name
+          << "' there on its size, shape or device layout";
+    }
   return plan;
 }
 

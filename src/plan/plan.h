@@ -25,6 +25,9 @@ struct Buffer {
   int64_t offset = 0;  // in the constants blob, or in the arena
   int64_t bytes = 0;
   int first_step = 0, last_step = 0;
+  // Constants: "" (the device holds the plan's bytes) or "small_m_tiles" (an FP8 [N, K] weight
+  // the runtime permutes at upload into kernels/small_m_layout.h's layout).
+  std::string device_layout;
 };
 
 struct Tensor {

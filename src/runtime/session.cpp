@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "small_m_layout.h"
 
 namespace tec::runtime {
 
@@ -201,6 +202,27 @@ struct DeviceShared {
 
 namespace {
 
+// Constants with a device_layout, each once (profiles share them; Plan::load checked that
+// they agree), permuted on the host and copied over the row-major bytes just uploaded.
+void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
+  std::map<int64_t, const plan::Buffer*> tiled;
+  for (const plan::Profile& p : plan.profiles)
+    for (const plan::Buffer& b : p.buffers)
+      if (b.region == "constants" && b.device_layout == "small_m_tiles") tiled.emplace(b.offset, &b);
+  std::vector<uint8_t> permuted;
+  for (const auto& [offset, b] : tiled) {
+    const int64_t n_rows = b->shape[0], k = b->shape[1];
+    const uint8_t* source = plan.constants.data() + offset;
+    permuted.resize(static_cast<size_t>(b->bytes));
+    // 16-byte runs stay together in the layout (small_m_layout.h: lanes of 16 bytes).
+    for (int64_t n = 0; n < n_rows; ++n)
+      for (int64_t c = 0; c < k; c += 16)
+        std::memcpy(permuted.data() + tec_small_m_tiled_offset(n, c, k), source + n * k + c, 16);
+    TEC_CUDA(cudaMemcpy(static_cast<char*>(device_constants) + offset, permuted.data(), permuted.size(), cudaMemcpyHostToDevice),
+             "constant '" + b->name + "' in its small_m_tiles device layout");
+  }
+}
+
 std::mutex g_shared_mutex;
 std::map<std::pair<const plan::Plan*, int>, std::weak_ptr<DeviceShared>> g_shared;
 
@@ -214,6 +236,7 @@ std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, con
   shared->constants = device_alloc(plan.constants.size(), "plan constants");
   if (!plan.constants.empty())
     TEC_CUDA(cudaMemcpy(shared->constants, plan.constants.data(), plan.constants.size(), cudaMemcpyHostToDevice), "constants");
+  upload_device_layouts(plan, shared->constants);
   for (size_t m = 0; m < plan.modules.size(); ++m) {
     auto it = plan.modules[m].cubins.find(arch);
     if (it == plan.modules[m].cubins.end()) {

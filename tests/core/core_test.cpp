@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/shape.h"
+#include "small_m_layout.h"
 #include "test_util.h"
 
 namespace tec {
@@ -96,6 +97,29 @@ TEST_CASE("with_context fills in the node for errors raised without one") {
   });
   CHECK(e.context().node == "ln");
   CHECK(std::string(e.what()).find("node 'ln' (layernorm)") != std::string::npos);
+}
+
+TEST_CASE("the small-M tiled layout is a permutation that puts each warp's step in one 1 KB run") {
+  const long long n_rows = 48, k = 192;
+  std::vector<int> hits(static_cast<size_t>(n_rows * k), 0);
+  for (long long n = 0; n < n_rows; ++n)
+    for (long long c = 0; c < k; ++c) {
+      const long long at = tec_small_m_tiled_offset(n, c, k);
+      REQUIRE(at >= 0);
+      REQUIRE(at < n_rows * k);
+      ++hits[static_cast<size_t>(at)];
+    }
+  for (int h : hits) REQUIRE(h == 1);
+  // What kernels/gemm_small_m.cu loads: lane 4g + t of step s reads 16 bytes of row g at
+  // tile * 16K + 1024 s + 16 lane, and of row g + 8 512 bytes further.
+  for (long long tile : {0, 2})
+    for (long long step : {0, 2})
+      for (int lane = 0; lane < 32; ++lane)
+        for (int j = 0; j < 16; ++j) {
+          const long long g = lane / 4, t = lane % 4, base = tile * 16 * k + 1024 * step + 16 * lane + j;
+          CHECK(tec_small_m_tiled_offset(16 * tile + g, 64 * step + 16 * t + j, k) == base);
+          CHECK(tec_small_m_tiled_offset(16 * tile + g + 8, 64 * step + 16 * t + j, k) == base + 512);
+        }
 }
 
 }  // namespace tec

@@ -38,6 +38,9 @@ struct Case {
   std::string model;
   RecipeKind recipe;
   std::vector<int64_t> tokens;  // the T profiles
+  // Every weight is read by the small-M GEMM alone, so the device must hold them in its tiled
+  // layout (kernels/small_m_layout.h): the case then checks that path against the reference.
+  bool expect_tiled_weights = false;
 };
 
 double bound_of(RecipeKind r) { return r == RecipeKind::bf16 ? 0.01 : r == RecipeKind::nvfp4 ? 0.30 : 0.08; }
@@ -52,6 +55,17 @@ int run_case(const Case& c, const std::string& arch) {
   auto plan = std::make_shared<const plan::Plan>(
       plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), c.model));
   int failures = 0;
+  if (c.expect_tiled_weights) {
+    int tiled = 0, fp8_weights = 0;
+    for (const plan::Buffer& b : plan->profiles[0].buffers) {
+      tiled += b.device_layout == "small_m_tiles";
+      fp8_weights += b.region == "constants" && b.role == BufferRole::data && is_float8(b.dtype);
+    }
+    const bool ok = tiled == fp8_weights && tiled > 0;
+    failures += ok ? 0 : 1;
+    std::printf("  %s %s: %d of %d FP8 weights in the small-M tiled device layout%s\n", c.model.c_str(),
+                std::string(to_string(c.recipe)).c_str(), tiled, fp8_weights, ok ? "" : "  FAIL");
+  }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
   for (size_t pi = 0; pi < plan->profiles.size(); ++pi) {
@@ -162,9 +176,13 @@ int plans_test(const std::string& arch) {
   for (RecipeKind r : recipes) cases.push_back({"mlp_tiny.json", r, {32, 128}});
   for (RecipeKind r : recipes) cases.push_back({"swiglu_mlp.json", r, {32, 128}});
   // 5 tokens: tec's small-M GEMM with a partial 8-token tile (its rows past M read as zero).
-  for (RecipeKind r : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp_tiny.json", r, {5}});
-  if (!std::getenv("TEC_GPU_TEST_SMALL"))
+  // Alone in their plans, those profiles leave the weights to the small-M GEMM, which then
+  // reads them tiled; with T=32 next to T=128 (cuBLASLt) above, it reads them row-major.
+  for (RecipeKind r : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp_tiny.json", r, {5}, true});
+  if (!std::getenv("TEC_GPU_TEST_SMALL")) {
     for (RecipeKind r : recipes) cases.push_back({"mlp.json", r, {16, 2048}});
+    cases.push_back({"mlp.json", RecipeKind::fp8_current, {16}, true});
+  }
   std::printf("plans on the GPU (every example, every recipe):\n");
   for (const Case& c : cases) {
     try {

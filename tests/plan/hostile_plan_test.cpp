@@ -236,6 +236,24 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
             .find("128 lowercase hex digits") != std::string::npos);
 }
 
+TEST_CASE("device layouts: unknown names, buffers they cannot apply to, and profiles that disagree are rejected") {
+  auto buffer = [](nlohmann::json& m, size_t profile, const std::string& name) -> nlohmann::json& {
+    for (auto& b : m["profiles"][profile]["buffers"])
+      if (b["name"] == name) return b;
+    throw std::runtime_error("no buffer " + name);
+  };
+  CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.weight.data")["device_layout"] = "swizzled"; })
+            .find("unknown device layout 'swizzled'") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { buffer(m, 0, "x.data")["device_layout"] = "small_m_tiles"; })
+            .find("small_m_tiles takes a constant FP8 [N, K] weight") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.bias.data")["device_layout"] = "small_m_tiles"; })
+            .find("small_m_tiles takes a constant FP8 [N, K] weight") != std::string::npos);
+  // The plan has two profiles sharing the constants; one alone may not permute a weight.
+  REQUIRE(valid_plan().manifest["profiles"].size() >= 2);
+  CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.weight.data")["device_layout"] = "small_m_tiles"; })
+            .find("disagrees with 'fc1.weight.data' there on its size, shape or device layout") != std::string::npos);
+}
+
 TEST_CASE("size products that overflow 64 bits, and absurd shapes") {
   CHECK(manifest_error([](auto& m) {
           m["profiles"][0]["buffers"][0]["shape"] = {int64_t{1} << 31, int64_t{1} << 31, int64_t{1} << 31};
