@@ -1,8 +1,8 @@
 #include "codegen/lower.h"
 
 #include <algorithm>
-#include <iterator>
 #include <cstdio>
+#include <iterator>
 
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
