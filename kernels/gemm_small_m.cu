@@ -11,14 +11,16 @@
 // thread that holds B(k, token) for the same logical k is the same t, both operands go
 // through the same permutation of k, which a dot product does not see.
 //
-// A block owns 16 rows of W, and its TEC_WARPS warps split K; partial sums meet in shared memory, and one pass adds them and applies the epilogue in the order cuBLASLt's
-// does: alpha, bias, activation, then + C (the residual, beta = 1), then the store.
+// A block owns 16 rows of W, and its TEC_WARPS warps split K; partial sums meet in shared
+// memory, and one pass adds them and applies the epilogue in the order cuBLASLt's does: alpha,
+// bias, activation, then + C (the residual, beta = 1), then the store.
 //
 // Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % 16 == 0), TEC_UNROLL; TEC_W_TILED (W in
-// the device layout of kernels/small_m_layout.h, else row-major); TEC_A_E4M3 / TEC_B_E4M3 (W / X formats); TEC_BIAS 0 none, 1 bf16,
-// 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu; TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT
-// 0 bf16, 2 fp32, 11 FP8 with the D scale and amax (delayed scaling), 20 bf16 and the amax of
-// its rounded values (the staging of current scaling, whose cast pass then skips its amax pass).
+// the device layout of kernels/small_m_layout.h, else row-major); TEC_A_E4M3 / TEC_B_E4M3 (W /
+// X formats); TEC_BIAS 0 none, 1 bf16, 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu;
+// TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT 0 bf16, 2 fp32, 11 FP8 with the D scale and amax
+// (delayed scaling), 20 bf16 and the amax of its rounded values (the staging of current
+// scaling, whose cast pass then skips its amax pass).
 //
 // Arguments (one TecArgs by value): 0 W data, 1 W scale_inv, 2 X data, 3 X scale_inv, 4 bias,
 // 5 C, 6 D, 7 D scale, 8 amax: TEC_OUT 11 maxes into amax_history[0] atomically; TEC_OUT 20
@@ -79,11 +81,10 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
   const u8* x = (const u8*)args.slot[2];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int slice = warp;
   const i64 row0 = (i64)blockIdx.x * 16;
 
   constexpr int kSteps = TEC_K / 64;  // 64 bytes of K per step: 16 per thread of a row group
-  const int step_begin = slice * kSteps / TEC_WARPS, step_end = (slice + 1) * kSteps / TEC_WARPS;
+  const int step_begin = warp * kSteps / TEC_WARPS, step_end = (warp + 1) * kSteps / TEC_WARPS;
   const unsigned long long policy = tec_evict_first_policy();
   auto w_offset = [](i64 n, i64 k) -> i64 {
 #if TEC_W_TILED
@@ -138,7 +139,7 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
     consume(lo, hi, xs);
   }
 
-  // Partial sums [slice][token][row]: the fragment holds rows g and g + 8 of the block,
+  // Partial sums [warp = K slice][token][row]: the fragment holds rows g and g + 8 of the block,
   // tokens 8j + 2t and 8j + 2t + 1.
   __shared__ float partial[TEC_WARPS * TEC_M * 16];
 #pragma unroll
@@ -146,7 +147,7 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       const int token = 8 * j + 2 * t + (e & 1), row = g + (e >= 2 ? 8 : 0);
-      if (token < TEC_M) partial[(slice * TEC_M + token) * 16 + row] = acc[j][e];
+      if (token < TEC_M) partial[(warp * TEC_M + token) * 16 + row] = acc[j][e];
     }
   __syncthreads();
 

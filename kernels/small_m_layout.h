@@ -7,6 +7,8 @@
 // apart: streaming mlp.json's weights took 25.0 instead of 26.0-26.4 us per 64 MB on the H100.
 #pragma once
 
+// Its own host/device marker rather than tec_math.h's TEC_HD: the runtime includes this next to
+// the CUDA headers, whose global `half` a tec_math.h local shadows (-Wshadow).
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define TEC_LAYOUT_HD __host__ __device__ __forceinline__
 #else

@@ -400,8 +400,8 @@ class StepLowering {
     gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
     gemm.d_type = DType::bf16;
     if (small && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
-      const AmaxPartials partials{add_workspace(out.name + ".amax_partials", TensorProto::dense(Shape{small_gemm_blocks(gemm)}, DType::fp32)),
-                                  small_gemm_blocks(gemm)};
+      const int64_t blocks = small_gemm_blocks(gemm);
+      const AmaxPartials partials{add_workspace(out.name + ".amax_partials", TensorProto::dense(Shape{blocks}, DType::fp32)), blocks};
       gemm.amax_d = partials.buffer;
       step_.fusions.push_back("gpu: fp8_current output of '" + out.name +
                               "' staged in bf16 with its amax from the GEMM, then cast by a row kernel");
