@@ -60,9 +60,8 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
     for (const auto& [role, b] : buffers) out[role] = span_of(role);
     reference::QuantizeState state;
     if (v.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
-      float amax = 0.0f;
-      for (float x : values) amax = std::fmax(amax, std::fabs(x));
-      state.delayed_scale = reference::scale_from_amax(amax, max_finite(v.proto.quantizer->dtype), false, 0.0f, FLT_MAX);
+      state.delayed_scale =
+          reference::scale_from_amax(reference::abs_max_of(values), max_finite(v.proto.quantizer->dtype), false, 0.0f, FLT_MAX);
     }
     reference::quantize(v.proto, values, out, p.graph.target, state);
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "reference/convert.h"
 
 namespace tec::reference {
@@ -21,6 +22,18 @@ float decode_fp8(DType dtype, uint8_t code) { return dtype == DType::fp8_e4m3 ? 
 // max|x| with fmax, which skips NaN as the GPU's fmaxf does: a NaN input leaves the scale
 // finite, and stays NaN only in its own output element (x * scale is NaN, and so is its code).
 float abs_max(float acc, float v) { return std::fmax(acc, std::fabs(v)); }
+
+// body(first, last) over [0, n) in chunks, on several threads when n is large: elementwise
+// work, or reductions whose result does not depend on the order (max). A random-initialised
+// mlp.json spends a second of te-compile's cold start in these loops over its weights.
+constexpr size_t kChunk = size_t{1} << 18;
+template <typename Body>
+void for_chunks(size_t n, Body&& body) {
+  parallel_for(static_cast<int64_t>((n + kChunk - 1) / kChunk), [&](int64_t i) {
+    const size_t first = static_cast<size_t>(i) * kChunk;
+    body(first, std::min(n, first + kChunk));
+  });
+}
 
 struct Matrix {
   std::span<const float> x;
@@ -59,8 +72,7 @@ int64_t bytes_of(const TensorProto& p, const Target& t, BufferRole role) {
 void quantize_per_tensor(const TensorProto& p, const Matrix& x, const BufferMap& out, const Target& t,
                          const QuantizeState& state) {
   const Quantizer& q = *p.quantizer;
-  float amax = 0.0f;
-  for (float v : x.x) amax = abs_max(amax, v);
+  const float amax = abs_max_of(x.x);
   float scale;
   if (q.kind == QuantizerKind::fp8_current) {
     scale = scale_from_amax(amax, max_finite(q.dtype), q.force_pow2_scales, q.amax_epsilon, FLT_MAX);
@@ -72,12 +84,13 @@ void quantize_per_tensor(const TensorProto& p, const Matrix& x, const BufferMap&
   const bool rowwise = has(p, t, BufferRole::data), columnwise = has(p, t, BufferRole::columnwise_data);
   std::span<uint8_t> data = rowwise ? buffer(out, BufferRole::data, x.m * x.k) : std::span<uint8_t>{};
   std::span<uint8_t> transposed = columnwise ? buffer(out, BufferRole::columnwise_data, x.m * x.k) : std::span<uint8_t>{};
-  for (int64_t r = 0; r < x.m; ++r)
-    for (int64_t c = 0; c < x.k; ++c) {
-      const uint8_t code = encode_fp8(q.dtype, x.at(r, c) * scale);
-      if (rowwise) data[static_cast<size_t>(r * x.k + c)] = code;
-      if (columnwise) transposed[static_cast<size_t>(c * x.m + r)] = code;
+  for_chunks(x.x.size(), [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      const uint8_t code = encode_fp8(q.dtype, x.x[i] * scale);
+      if (rowwise) data[i] = code;
+      if (columnwise) transposed[(i % static_cast<size_t>(x.k)) * static_cast<size_t>(x.m) + i / static_cast<size_t>(x.k)] = code;
     }
+  });
 }
 
 // ---- MXFP8 (LAYOUTS.md §2) ----
@@ -362,23 +375,19 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
 }
 
 std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
+  if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16)
+    TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype";
   std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
-  for (size_t i = 0; i < values.size(); ++i) {
-    switch (dtype) {
-      case DType::fp32: std::memcpy(&out[4 * i], &values[i], 4); break;
-      case DType::bf16: {
-        const uint16_t b = float_to_bf16(values[i]);
-        std::memcpy(&out[2 * i], &b, 2);
-        break;
+  for_chunks(values.size(), [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i) {
+      if (dtype == DType::fp32) {
+        std::memcpy(&out[4 * i], &values[i], 4);
+      } else {
+        const uint16_t half = dtype == DType::bf16 ? float_to_bf16(values[i]) : float_to_fp16(values[i]);
+        std::memcpy(&out[2 * i], &half, 2);
       }
-      case DType::fp16: {
-        const uint16_t h = float_to_fp16(values[i]);
-        std::memcpy(&out[2 * i], &h, 2);
-        break;
-      }
-      default: TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype";
     }
-  }
+  });
   return out;
 }
 
@@ -405,10 +414,23 @@ std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes) {
 }
 
 void round_to(DType dtype, std::span<float> values) {
-  for (float& v : values) {
-    if (dtype == DType::bf16) v = round_to_bf16(v);
-    else if (dtype == DType::fp16) v = fp16_to_float(float_to_fp16(v));
-  }
+  if (dtype != DType::bf16 && dtype != DType::fp16) return;
+  for_chunks(values.size(), [&](size_t first, size_t last) {
+    for (size_t i = first; i < last; ++i)
+      values[i] = dtype == DType::bf16 ? round_to_bf16(values[i]) : fp16_to_float(float_to_fp16(values[i]));
+  });
+}
+
+float abs_max_of(std::span<const float> values) {
+  std::vector<float> partial((values.size() + kChunk - 1) / kChunk, 0.0f);
+  for_chunks(values.size(), [&](size_t first, size_t last) {
+    float amax = 0.0f;
+    for (size_t i = first; i < last; ++i) amax = abs_max(amax, values[i]);
+    partial[first / kChunk] = amax;
+  });
+  float amax = 0.0f;
+  for (float v : partial) amax = std::fmax(amax, v);
+  return amax;
 }
 
 QuantizedTensor::QuantizedTensor(TensorProto p, const Target& target) : proto(std::move(p)) {

@@ -44,6 +44,8 @@ std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values);
 std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes);
 // Rounds values in place to what `dtype` can hold.
 void round_to(DType dtype, std::span<float> values);
+// max |v| over the values, skipping NaN (fmax), as every per-tensor amax here is taken.
+float abs_max_of(std::span<const float> values);
 
 // Owns buffers for one quantized tensor, sized from proto.buffers(); for tests and tools.
 struct QuantizedTensor {
