@@ -1,9 +1,9 @@
 #include "compiler.h"
 
 #include <cctype>
-#include <set>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "passes/passes.h"
 #include "plan/file.h"
