@@ -17,22 +17,10 @@
 //
 // Defines: TEC_M, TEC_N, TEC_K (TEC_K % 64 == 0, TEC_N % 16 == 0), TEC_UNROLL; TEC_W_TILED (W in
 // the device layout of kernels/small_m_layout.h, else row-major); TEC_A_E4M3 / TEC_B_E4M3 (W /
-// X formats); TEC_BIAS 0 none, 1 bf16, 2 fp32; TEC_ACT 0 none, 1 gelu tanh, 3 relu;
-// TEC_RESIDUAL 0 none, 1 bf16, 2 fp32; TEC_OUT 0 bf16, 2 fp32, 11 FP8 with the D scale and amax
-// (delayed scaling), 20 bf16 and the amax of its rounded values (the staging of current
-// scaling, whose cast pass then skips its amax pass).
-//
-// Arguments (one TecArgs by value): 0 W data, 1 W scale_inv, 2 X data, 3 X scale_inv, 4 bias,
-// 5 C, 6 D, 7 D scale, 8 amax: TEC_OUT 11 maxes into amax_history[0] atomically; TEC_OUT 20
-// writes one float per block (gridDim.x of them), which the cast pass reduces, so that no
-// memset has to zero a target first (row.cu, TEC_AMAX_PARTIALS).
-#include "common.cuh"
+// X formats); the epilogue's TEC_BIAS, TEC_ACT, TEC_RESIDUAL and TEC_OUT, and the argument
+// slots: gemm_epilogue.cuh.
+#include "gemm_epilogue.cuh"
 #include "small_m_layout.h"
-#include "tec_math.h"
-
-struct TecArgs {
-  unsigned long long slot[16];
-};
 
 // 8 warps per block, 2 blocks per SM: the best of 4-16 warps and 1-4 blocks per SM measured on
 // the H100 at mlp.json's shapes (2.45-2.50 TB/s; splitting a block over more rows was slower).
@@ -70,10 +58,6 @@ __device__ __forceinline__ uint4 tec_load_stream(const void* p, unsigned long lo
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p), "l"(policy));
   return v;
-}
-
-__device__ __forceinline__ float tec_load_param(const void* base, i64 index, int dtype) {
-  return dtype == 2 ? ((const float*)base)[index] : tec_bf16_to_float(((const u16*)base)[index]);
 }
 
 extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m(TecArgs args) {
@@ -151,46 +135,18 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
     }
   __syncthreads();
 
-  const float alpha = *(const float*)args.slot[1] * *(const float*)args.slot[3];
-#if TEC_OUT == 11
-  const float d_scale = *(const float*)args.slot[7];
-#endif
-#if TEC_OUT == 11 || TEC_OUT == 20
+  const float alpha = tec_gemm_alpha(args);
   float local_amax = 0.0f;
-#endif
   for (int i = threadIdx.x; i < TEC_M * 16; i += TEC_WARPS * 32) {
     const int token = i / 16, row = i % 16;
     float sum = 0.0f;
 #pragma unroll
     for (int s = 0; s < TEC_WARPS; ++s) sum += partial[(s * TEC_M + token) * 16 + row];
     const i64 n = row0 + row, out = (i64)token * TEC_N + n;
-    float v = alpha * sum;
-#if TEC_BIAS
-    v += tec_load_param((const void*)args.slot[4], n, TEC_BIAS == 2 ? 2 : 0);
-#endif
-#if TEC_ACT == 1
-    v = tec_gelu_tanh(v);
-#elif TEC_ACT == 3
-    v = tec_relu(v);
-#endif
-#if TEC_RESIDUAL
-    v += tec_load_param((const void*)args.slot[5], out, TEC_RESIDUAL == 2 ? 2 : 0);
-#endif
-#if TEC_OUT == 0
-    ((u16*)args.slot[6])[out] = tec_float_to_bf16(v);
-#elif TEC_OUT == 2
-    ((float*)args.slot[6])[out] = v;
-#elif TEC_OUT == 11
-    local_amax = fmaxf(local_amax, fabsf(v));
-    ((u8*)args.slot[6])[out] = tec_encode(v * d_scale);
-#elif TEC_OUT == 20
-    const u16 rounded = tec_float_to_bf16(v);
-    local_amax = fmaxf(local_amax, fabsf(tec_bf16_to_float(rounded)));
-    ((u16*)args.slot[6])[out] = rounded;
-#endif
+    tec_gemm_store(args, out, tec_gemm_epilogue(args, alpha, sum, n, out), local_amax);
   }
 #if TEC_OUT == 11 || TEC_OUT == 20
-  for (int offset = 16; offset > 0; offset /= 2) local_amax = fmaxf(local_amax, __shfl_xor_sync(0xFFFFFFFFu, local_amax, offset));
+  local_amax = tec_warp_amax(local_amax);
 #endif
 #if TEC_OUT == 11
   if (lane == 0) tec_atomic_amax((float*)args.slot[8], local_amax);
