@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
-  bool tune = false, time_passes = false, quiet = false, onnx_ops = false;
+  bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false;
   app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
   app.add_flag("--onnx-ops", onnx_ops, "print the ONNX ops tec reads (op, opset, inputs that must be constant, limits) "
                                        "as JSON and exit");
@@ -218,6 +218,11 @@ int main(int argc, char** argv) {
   app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
                                "the heuristic)");
+  app.add_flag("--mid-m-gemm", mid_m_gemm,
+               "experimental: run per-tensor FP8 GEMMs of 33-128 tokens with N >= 16384 and a current-scaled FP8 output "
+               "on tec's Hopper wgmma kernel instead of cuBLASLt (every --arch sm_90; the weight must have no other "
+               "GPU reader in any profile). Correct on the H100, but not yet faster there inside the CUDA graph "
+               "(README: Benchmarks)");
   app.add_option("--cache-dir", cache_dir, "cache folder for NVRTC kernels and pre-quantized constants (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
                                            "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
@@ -245,6 +250,7 @@ int main(int argc, char** argv) {
     options.model_path = model;
     options.disabled.insert(disabled.begin(), disabled.end());
     options.archs = archs;
+    options.mid_m_gemm = mid_m_gemm;
     if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.target.sm = parse_arch(archs.at(0));
@@ -267,6 +273,7 @@ int main(int argc, char** argv) {
     options.record.tool = "te-compile " TEC_VERSION_STRING;
     options.record.options = {{"recipe", recipe}, {"mode", mode},           {"arch", archs},
                               {"shape", shapes},  {"profiles", profiles}, {"disable_pass", disabled}};
+    if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());

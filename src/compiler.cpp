@@ -82,25 +82,26 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   run.step("schedule", [&] { each([](CompiledProfile& p) { p.schedule = schedule(p.graph, std::move(p.schedule)); }); });
   if (stop_after("schedule")) return result;
   codegen::ModuleTable modules;
-  std::set<std::string> tiled_weights;
+  codegen::WeightLayouts layouts;
+  const codegen::LoweringTarget target{options.archs, options.mid_m_gemm};
   run.step("lower", [&] {
-    // Which weights only small-M GEMMs read, in any profile, is known after lowering them all:
-    // a scratch lowering first (cheap: no code is compiled here), then the real one.
+    // Which weights only tec's own GEMM kernels read, in any profile, is known after lowering
+    // them all: a scratch lowering first (cheap: no code is compiled here), then the real one.
     std::vector<codegen::GpuLowering> scratch;
     codegen::ModuleTable scratch_modules;
     for (const CompiledProfile& p : result.profiles) {
       Schedule copy = p.schedule;
-      scratch.push_back(codegen::lower_for_gpu(p.graph, copy, scratch_modules, options.archs));
+      scratch.push_back(codegen::lower_for_gpu(p.graph, copy, scratch_modules, target));
     }
-    tiled_weights = codegen::small_m_only_weights(scratch);
-    each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, options.archs, tiled_weights); });
+    layouts = codegen::weight_device_layouts(scratch);
+    each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, target, &layouts); });
   });
   if (stop_after("lower")) return result;
   run.step("memory_plan", [&] {
     each([&](CompiledProfile& p) {
       p.memory = memory_plan(p.graph, p.schedule);
       for (PlannedBuffer& b : p.memory.buffers)
-        if (b.region == Region::constants && tiled_weights.count(b.name)) b.device_layout = "small_m_tiles";
+        if (const auto it = layouts.find(b.name); b.region == Region::constants && it != layouts.end()) b.device_layout = it->second;
     });
   });
   if (stop_after("memory_plan")) return result;

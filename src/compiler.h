@@ -27,6 +27,7 @@ struct CompileOptions {
   std::set<std::string> disabled;   // from kOptionalPasses
   BuildRecord record;               // tool and options, for the plan's build record
   std::vector<std::string> archs{"sm_90"};  // cubins for each
+  bool mid_m_gemm = false;  // experimental: codegen::LoweringTarget::mid_m_gemm
   std::string cache_dir = codegen::default_cache_dir();  // kernels and constants; "" disables it
 };
 

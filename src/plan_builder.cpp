@@ -140,6 +140,7 @@ json launches_manifest(const CompiledProfile& p) {
           else args.push_back(nullptr);
         }
         j.update({{"module", l.module}, {"entry", l.entry}, {"grid", l.grid}, {"block", l.block}, {"args", args}});
+        if (l.shared_bytes > 0) j["shared_bytes"] = l.shared_bytes;
         break;
       }
       case codegen::Launch::Kind::delayed_scale_inv:

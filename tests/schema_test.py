@@ -43,12 +43,22 @@ import subprocess
 plan_schema = json.loads((root / "schemas/plan.schema.json").read_text())
 jsonschema.Draft202012Validator.check_schema(plan_schema)
 plan_validator = jsonschema.Draft202012Validator(plan_schema)
-for recipe in ["bf16", "fp8-delayed", "nvfp4"]:
-    out = subprocess.run([te_compile, str(root / "examples/mlp_tiny.json"), "--recipe", recipe, "--dump-after", "plan", "-q"],
+plans = [("mlp_tiny.json", recipe, []) for recipe in ["bf16", "fp8-delayed", "nvfp4"]]
+# The mid-M GEMM's launch (dynamic shared memory) and its weight's device layout.
+plans.append(("mlp.json", "fp8-current", ["--shape", "T=128", "--mid-m-gemm"]))
+for model, recipe, extra in plans:
+    out = subprocess.run([te_compile, str(root / "examples" / model), "--recipe", recipe, "--dump-after", "plan", "-q", *extra],
                          capture_output=True, text=True, check=True).stdout
     manifest = json.loads(out)
     errors = list(plan_validator.iter_errors(manifest))
-    expect(f"plan manifest ({recipe}) validates against plan.schema.json", not errors)
+    expect(f"plan manifest ({model} {recipe} {' '.join(extra)}) validates against plan.schema.json", not errors)
+    for e in errors:
+        print("     ", "/".join(map(str, e.absolute_path)), e.message)
+    if "--mid-m-gemm" in extra:
+        launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
+        buffers = [b for p in manifest["profiles"] for b in p["buffers"]]
+        expect("the mid-M plan has a kernel with dynamic shared memory and a mid_m_tiles weight",
+               any(l.get("shared_bytes", 0) > 0 for l in launches) and any(b.get("device_layout") == "mid_m_tiles" for b in buffers))
     for e in errors[:5]:
         print("     ", "/".join(map(str, e.absolute_path)), e.message)
 

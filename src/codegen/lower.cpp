@@ -6,6 +6,7 @@
 
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
+#include "mid_m_layout.h"
 #include "passes/memory_plan.h"
 
 namespace tec::codegen {
@@ -23,7 +24,9 @@ std::string_view to_string(Launch::Kind kind) {
 
 int ModuleTable::add(const KernelRequest& request) {
   for (size_t i = 0; i < requests_.size(); ++i)
-    if (requests_[i].source == request.source && requests_[i].defines == request.defines) return static_cast<int>(i);
+    if (requests_[i].source == request.source && requests_[i].defines == request.defines &&
+        requests_[i].arch_specific == request.arch_specific)
+      return static_cast<int>(i);
   requests_.push_back(request);
   return static_cast<int>(requests_.size() - 1);
 }
@@ -53,10 +56,10 @@ LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(nam
 
 class StepLowering {
  public:
-  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma,
-               const std::set<std::string>& tiled_weights)
+  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma, bool mid_m,
+               const WeightLayouts* layouts)
       : g_(g), step_(step), index_(index), modules_(modules), out_(out.launches), small_m_weights_(out.small_m_weights),
-        fp8_mma_(fp8_mma), tiled_weights_(tiled_weights) {}
+        mid_m_weights_(out.mid_m_weights), fp8_mma_(fp8_mma), mid_m_(mid_m), layouts_(layouts) {}
 
   void lower() {
     if (step_.kind == StepKind::gemm)
@@ -364,21 +367,37 @@ class StepLowering {
         throw NotLowered{"residual '" + r.name + "' and the output of '" + step_.name + "' differ in dtype"};
     }
     const bool small = small_gemm_fits(gemm, x, w, residual_type, out);
+    // The mid-M kernel reads W in its own device layout, which a weight has only when no other
+    // launch reads it; the first (scratch) lowering, run before that is known, assumes it has.
+    const bool mid_candidate = !small && w.kind == ValueKind::weight && mid_gemm_fits(gemm, x, w, residual_type, out);
+    const bool mid = mid_candidate && (!layouts_ || layout_of(gemm.a.buffer) == "mid_m_tiles");
     // Measured on the H100 (cuBLASLt 13.1): no algorithm takes an fp32 bias with FP8
     // operands and a bf16/FP8 D. fp32 models (an ONNX export left in fp32) run their FP8
     // GEMMs on the CPU reference; exported in bf16 they run here.
-    if (!small && is_float8(gemm.a.type) && has_bias && gemm.bias_type == DType::fp32)
+    if (!small && !mid && is_float8(gemm.a.type) && has_bias && gemm.bias_type == DType::fp32)
       throw NotLowered{"linear '" + linear.name + "' has an fp32 bias, which cuBLASLt's FP8 GEMMs do not take "
                        "(export the model in bf16 for the FP8 GPU path)"};
     if (small) {
       step_.fusions.push_back("gpu: " + std::to_string(gemm.m) + " rows (at most " + std::to_string(kSmallGemmMaxRows) +
                               "): tec's small-M FP8 GEMM kernel, with the epilogue, instead of cuBLASLt");
       if (w.kind == ValueKind::weight) small_m_weights_.push_back(gemm.a.buffer);
-      if (tiled_weights_.count(gemm.a.buffer))
+      if (layout_of(gemm.a.buffer) == "small_m_tiles")
         step_.fusions.push_back("gpu: weight '" + w.name + "' lives on the device in the small-M kernel's tiled layout " +
                                 "(its only GPU reader in every profile)");
     }
-    auto finish = [&] { small ? push_small_gemm(gemm, residual_type) : push_gemm(gemm); };
+    if (mid_candidate) mid_m_weights_.push_back(gemm.a.buffer);
+    if (mid)
+      step_.fusions.push_back("gpu: " + std::to_string(gemm.m) + " rows: tec's mid-M FP8 GEMM kernel (Hopper wgmma), with the " +
+                              "epilogue and the output's amax, instead of cuBLASLt; weight '" + w.name +
+                              "' in its swizzled device layout (its only GPU reader in every profile)");
+    else if (mid_candidate)
+      step_.fusions.push_back("gpu: cuBLASLt, not the mid-M kernel: weight '" + w.name +
+                              "' has other GPU readers in some profile, so it cannot take that kernel's device layout");
+    auto finish = [&] {
+      if (small) push_small_gemm(gemm, residual_type);
+      else if (mid) push_mid_gemm(gemm, residual_type);
+      else push_gemm(gemm);
+    };
 
     // Output: written directly, in FP8 with the delayed scale, or staged in bf16 and quantized.
     if (!out.proto.quantizer) {
@@ -399,8 +418,8 @@ class StepLowering {
     }
     gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
     gemm.d_type = DType::bf16;
-    if (small && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
-      const int64_t blocks = small_gemm_blocks(gemm);
+    if ((small || mid) && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
+      const int64_t blocks = small ? small_gemm_blocks(gemm) : mid_gemm_blocks(gemm);
       const AmaxPartials partials{add_workspace(out.name + ".amax_partials", TensorProto::dense(Shape{blocks}, DType::fp32)), blocks};
       gemm.amax_d = partials.buffer;
       step_.fusions.push_back("gpu: fp8_current output of '" + out.name +
@@ -421,37 +440,75 @@ class StepLowering {
 
   // Whether kernels/gemm_small_m.cu takes this GEMM: per-tensor FP8 operands, few rows, and
   // the shapes its tiling needs.
+  static bool fp8_per_tensor(const Value& v) {
+    return v.proto.quantizer &&
+           (v.proto.quantizer->kind == QuantizerKind::fp8_current || v.proto.quantizer->kind == QuantizerKind::fp8_delayed);
+  }
+  static bool bf16_or_fp32(DType d) { return d == DType::bf16 || d == DType::fp32; }
   bool small_gemm_fits(const GemmLaunch& gemm, const Value& x, const Value& w, DType residual_type, const Value& out) const {
-    auto per_tensor = [](const Value& v) {
-      return v.proto.quantizer && (v.proto.quantizer->kind == QuantizerKind::fp8_current ||
-                                   v.proto.quantizer->kind == QuantizerKind::fp8_delayed);
-    };
-    auto bf16_or_fp32 = [](DType d) { return d == DType::bf16 || d == DType::fp32; };
-    return fp8_mma_ && per_tensor(x) && per_tensor(w) && gemm.m >= 1 && gemm.m <= kSmallGemmMaxRows && gemm.k % 64 == 0 &&
+    return fp8_mma_ && fp8_per_tensor(x) && fp8_per_tensor(w) && gemm.m >= 1 && gemm.m <= kSmallGemmMaxRows && gemm.k % 64 == 0 &&
            gemm.n % 16 == 0 && (gemm.bias.empty() || bf16_or_fp32(gemm.bias_type)) &&
            (gemm.c.empty() || bf16_or_fp32(residual_type)) && (out.proto.quantizer || bf16_or_fp32(out.proto.dtype));
+  }
+
+  // Whether kernels/gemm_mid_m.cu takes this GEMM: when asked for, Hopper only (wgmma), per-tensor FP8
+  // operands, 33-128 rows, the shapes of its tiles, and an FP8 current-scaling output (bf16
+  // staging with its amax), the one case measured faster than cuBLASLt on the H100: at
+  // mlp.json's fc1 (N = 16384, K = 4096, T = 128) the kernel and the cast pass replace
+  // cuBLASLt's GEMM, an amax pass and the cast pass. With fewer than 128 blocks (N < 16384)
+  // part of the GPU would not stream W; such shapes stay on cuBLASLt.
+  bool mid_gemm_fits(const GemmLaunch& gemm, const Value& x, const Value& w, DType residual_type, const Value& out) const {
+    const Quantizer* q = out.proto.quantizer ? &*out.proto.quantizer : nullptr;
+    return mid_m_ && gemm.m > kSmallGemmMaxRows && gemm.m <= kMidGemmMaxRows && gemm.n % TEC_MID_M_BLOCK_ROWS == 0 &&
+           gemm.n >= kMidGemmMinN && gemm.k % 128 == 0 && fp8_per_tensor(x) && fp8_per_tensor(w) &&
+           (gemm.bias.empty() || bf16_or_fp32(gemm.bias_type)) && (gemm.c.empty() || bf16_or_fp32(residual_type)) && q &&
+           q->kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise;
+  }
+  static int64_t mid_gemm_blocks(const GemmLaunch& gemm) { return gemm.n / TEC_MID_M_BLOCK_ROWS; }
+  void push_mid_gemm(const GemmLaunch& gemm, DType residual_type) {
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    KernelRequest request{"gemm_mid_m.cu", gemm_kernel_defines(gemm, residual_type), ""};
+    request.arch_specific = true;
+    l.module = modules_.add(request);
+    l.entry = "tec_gemm_mid_m";
+    l.grid = {mid_gemm_blocks(gemm), 1, 1};
+    l.block = {128 * (1 + TEC_MID_M_CONSUMERS(gemm.m)), 1, 1};  // a producer warpgroup + one per 64 rows
+    l.shared_bytes = tec_mid_m_shared_bytes(gemm.m);
+    l.args = gemm_kernel_args(gemm);
+    out_.push_back(std::move(l));
   }
 
   // One block of 8 warps per 16 rows of W, each warp a slice of K (measured best on the H100
   // at mlp.json's shapes, for both N = 16384 and N = 4096).
   static int64_t small_gemm_blocks(const GemmLaunch& gemm) { return gemm.n / 16; }
-  void push_small_gemm(const GemmLaunch& gemm, DType residual_type) {
+  // The defines and argument slots of tec's GEMM kernels (kernels/gemm_epilogue.cuh).
+  static std::vector<std::string> gemm_kernel_defines(const GemmLaunch& gemm, DType residual_type) {
     auto code = [](DType d) { return std::to_string(d == DType::fp32 ? 2 : 1); };
     int out_code = 0;
     if (is_float8(gemm.d_type)) out_code = 11;
     else if (!gemm.amax_d.empty()) out_code = 20;
     else if (gemm.d_type == DType::fp32) out_code = 2;
-    std::vector<std::string> defines = {
-        "TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
-        "TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"),
-        "TEC_W_TILED=" + std::string(tiled_weights_.count(gemm.a.buffer) ? "1" : "0"),
-        "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
-        "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
-        "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
-        "TEC_ACT=" + std::string(gemm.epilogue.starts_with("gelu") ? "1" : gemm.epilogue.starts_with("relu") ? "3" : "0"),
-        "TEC_RESIDUAL=" + (gemm.c.empty() ? std::string("0") : code(residual_type)),
-        "TEC_OUT=" + std::to_string(out_code),
-        "TEC_FP8_E4M3=" + std::string(gemm.d_type == DType::fp8_e4m3 ? "1" : "0")};
+    return {"TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
+            "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
+            "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
+            "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
+            "TEC_ACT=" + std::string(gemm.epilogue.starts_with("gelu") ? "1" : gemm.epilogue.starts_with("relu") ? "3" : "0"),
+            "TEC_RESIDUAL=" + (gemm.c.empty() ? std::string("0") : code(residual_type)),
+            "TEC_OUT=" + std::to_string(out_code),
+            "TEC_FP8_E4M3=" + std::string(gemm.d_type == DType::fp8_e4m3 ? "1" : "0")};
+  }
+  static std::vector<LaunchArg> gemm_kernel_args(const GemmLaunch& gemm) {
+    auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
+    return {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
+            opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
+  }
+
+  void push_small_gemm(const GemmLaunch& gemm, DType residual_type) {
+    std::vector<std::string> defines = gemm_kernel_defines(gemm, residual_type);
+    defines.push_back("TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"));
+    defines.push_back("TEC_W_TILED=" + std::string(layout_of(gemm.a.buffer) == "small_m_tiles" ? "1" : "0"));
     Launch l;
     l.kind = Launch::Kind::kernel;
     l.step = index_;
@@ -459,9 +516,7 @@ class StepLowering {
     l.entry = "tec_gemm_small_m";
     l.grid = {small_gemm_blocks(gemm), 1, 1};
     l.block = {256, 1, 1};  // TEC_WARPS (8) x 32 in kernels/gemm_small_m.cu
-    auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
-    l.args = {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
-              opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
+    l.args = gemm_kernel_args(gemm);
     out_.push_back(std::move(l));
   }
 
@@ -473,14 +528,22 @@ class StepLowering {
     out_.push_back(std::move(l));
   }
 
+  std::string layout_of(const std::string& buffer) const {
+    if (!layouts_) return "";
+    const auto it = layouts_->find(buffer);
+    return it == layouts_->end() ? "" : it->second;
+  }
+
   const Graph& g_;
   Step& step_;
   int index_;
   ModuleTable& modules_;
   std::vector<Launch>& out_;
   std::vector<std::string>& small_m_weights_;
-  bool fp8_mma_;  // every target arch has FP8 mma.sync (sm_89+)
-  const std::set<std::string>& tiled_weights_;
+  std::vector<std::string>& mid_m_weights_;
+  bool fp8_mma_;    // every target arch has FP8 mma.sync (sm_89+)
+  bool mid_m_;      // LoweringTarget::mid_m_gemm, and every target arch is sm_90 (wgmma)
+  const WeightLayouts* layouts_;  // null in the scratch lowering
 };
 
 // "sm_90" -> 90; 0 when the name has no number.
@@ -493,8 +556,9 @@ int arch_number(const std::string& arch) {
 
 }  // namespace
 
-GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs,
-                          const std::set<std::string>& tiled_weights) {
+GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modules, const LoweringTarget& target,
+                          const WeightLayouts* layouts) {
+  const std::vector<std::string>& archs = target.archs;
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
@@ -520,13 +584,16 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   }
   try {
     const bool fp8_mma = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) >= 89; });
+    const bool mid_m = target.mid_m_gemm && !archs.empty() &&
+                       std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) == 90; });
     for (size_t i = 0; i < schedule.steps.size(); ++i)
-      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, tiled_weights).lower();
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, mid_m, layouts).lower();
   } catch (const NotLowered& e) {
     result.supported = false;
     result.reason = e.reason;
     result.launches.clear();
     result.small_m_weights.clear();
+    result.mid_m_weights.clear();
     for (Step& s : schedule.steps) s.workspaces.clear();
     return result;
   }
@@ -540,24 +607,29 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   return result;
 }
 
-std::set<std::string> small_m_only_weights(const std::vector<GpuLowering>& profiles) {
-  std::set<std::string> candidates, other_uses;
+WeightLayouts weight_device_layouts(const std::vector<GpuLowering>& profiles) {
+  std::set<std::string> small, mid, other_uses;
   for (const GpuLowering& p : profiles) {
     if (!p.supported) return {};
-    candidates.insert(p.small_m_weights.begin(), p.small_m_weights.end());
+    small.insert(p.small_m_weights.begin(), p.small_m_weights.end());
+    mid.insert(p.mid_m_weights.begin(), p.mid_m_weights.end());
     for (const Launch& l : p.launches) {
       if (l.kind == Launch::Kind::memset) other_uses.insert(l.buffer);
       if (l.kind == Launch::Kind::gemm)
         for (const std::string* b : {&l.gemm.a.buffer, &l.gemm.a.scale_inv, &l.gemm.b.buffer, &l.gemm.b.scale_inv, &l.gemm.bias,
                                      &l.gemm.c, &l.gemm.d, &l.gemm.d_scale, &l.gemm.amax_d})
           other_uses.insert(*b);
+      const bool reads_w_in_its_layout = l.entry == "tec_gemm_small_m" || l.entry == "tec_gemm_mid_m";
       for (size_t i = 0; i < l.args.size(); ++i)
-        if (l.args[i].kind == LaunchArg::Kind::buffer && !(l.entry == "tec_gemm_small_m" && i == 0)) other_uses.insert(l.args[i].buffer);
+        if (l.args[i].kind == LaunchArg::Kind::buffer && !(reads_w_in_its_layout && i == 0)) other_uses.insert(l.args[i].buffer);
     }
   }
-  std::set<std::string> only;
-  std::set_difference(candidates.begin(), candidates.end(), other_uses.begin(), other_uses.end(), std::inserter(only, only.end()));
-  return only;
+  WeightLayouts layouts;
+  for (const std::string& w : small)
+    if (!other_uses.count(w) && !mid.count(w)) layouts[w] = "small_m_tiles";
+  for (const std::string& w : mid)
+    if (!other_uses.count(w) && !small.count(w)) layouts[w] = "mid_m_tiles";
+  return layouts;
 }
 
 }  // namespace tec::codegen

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -51,6 +52,7 @@ struct Launch {
   int module = -1;
   std::string entry;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  int64_t shared_bytes = 0;  // dynamic shared memory of a kernel
   std::vector<LaunchArg> args;
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed
@@ -62,6 +64,7 @@ struct GpuLowering {
   std::string reason = "not lowered";  // why not, naming the step and op
   std::vector<Launch> launches;
   std::vector<std::string> small_m_weights;  // data buffers of weights some small-M GEMM reads as W
+  std::vector<std::string> mid_m_weights;    // ... that a mid-M GEMM could read, given its device layout
 };
 
 // The modules (kernel sources with their defines) that every profile's launches share.
@@ -74,19 +77,33 @@ class ModuleTable {
   std::vector<KernelRequest> requests_;
 };
 
-// Lowers every step of one profile for the target `archs` ("sm_90", ...). Adds workspaces to
+// Weight data buffer -> the device layout it lives in on the GPU ("small_m_tiles",
+// "mid_m_tiles"; plan Buffer::device_layout). Weights not named are row-major.
+using WeightLayouts = std::map<std::string, std::string>;
+
+// What the GPU code is for, and which of tec's own kernels it may use.
+struct LoweringTarget {
+  std::vector<std::string> archs;  // "sm_90", ...
+  // tec's mid-M GEMM kernel (kernels/gemm_mid_m.cu), experimental: te-compile --mid-m-gemm.
+  // Correct on the H100, but in the CUDA graph at mlp.json T=128 not yet faster than cuBLASLt.
+  bool mid_m_gemm = false;
+};
+
+// Lowers every step of one profile for `target`. Adds workspaces to
 // `schedule` and fusion notes saying which path each GEMM takes. A step with no GPU
 // implementation yet makes the lowering unsupported (with the reason), not an error: the plan
-// still runs on the CPU reference. The small-M GEMMs read the weights in `tiled_weights`
-// (data buffer names) in the device layout of kernels/small_m_layout.h.
-GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules, const std::vector<std::string>& archs,
-                          const std::set<std::string>& tiled_weights = {});
+// still runs on the CPU reference. `layouts` says which weights tec's GEMM kernels read in
+// their own device layouts; null for a scratch lowering, which only finds the candidates
+// (GpuLowering::small_m_weights / mid_m_weights) and assumes the mid-M kernel gets its layout.
+GpuLowering lower_for_gpu(const Graph& graph, Schedule& schedule, ModuleTable& modules, const LoweringTarget& target,
+                          const WeightLayouts* layouts = nullptr);
 
-// The weights that every launch of every profile reads only as a small-M GEMM's W: those can
-// live on the device in that kernel's tiled layout (the device_layout "small_m_tiles" of their
-// plan buffers). Profiles share the constants, so one other reader (cuBLASLt at a larger T, a
-// dequantize kernel) keeps a weight row-major for all of them.
-std::set<std::string> small_m_only_weights(const std::vector<GpuLowering>& profiles);
+// The device layouts of the weights, from the scratch lowerings of every profile: a weight that
+// every launch of every profile reads only as W of small-M GEMMs gets "small_m_tiles", only as
+// W of mid-M GEMMs "mid_m_tiles". Profiles share the constants, so any other reader (cuBLASLt
+// at another T, a dequantize kernel, the other kernel) keeps a weight row-major for all of
+// them; a mid-M GEMM whose weight is row-major then runs on cuBLASLt.
+WeightLayouts weight_device_layouts(const std::vector<GpuLowering>& profiles);
 
 // Per-tensor FP8 GEMMs with at most this many rows (tokens) run tec's small-M kernel
 // (kernels/gemm_small_m.cu) instead of cuBLASLt, on archs with FP8 mma (sm_89 and newer).
@@ -94,5 +111,11 @@ std::set<std::string> small_m_only_weights(const std::vector<GpuLowering>& profi
 // M = 32 (2.2-2.5 TB/s), where cuBLASLt's best took 31-32 us at M = 16; at M = 64 its
 // accumulators no longer fit in registers.
 inline constexpr int64_t kSmallGemmMaxRows = 32;
+
+// With LoweringTarget::mid_m_gemm, per-tensor FP8 GEMMs with 33 to kMidGemmMaxRows rows and
+// N >= kMidGemmMinN run tec's mid-M kernel (kernels/gemm_mid_m.cu, wgmma) when every target
+// arch is sm_90 and the output is FP8 with current scaling (lower.cpp: mid_gemm_fits says why).
+inline constexpr int64_t kMidGemmMaxRows = 128;
+inline constexpr int64_t kMidGemmMinN = 16384;
 
 }  // namespace tec::codegen

@@ -28,7 +28,7 @@ void check_nvrtc(nvrtcResult result, const char* call, const std::string& kernel
 }
 
 std::vector<std::string> options_for(const KernelRequest& r) {
-  std::vector<std::string> options = {"--gpu-architecture=" + r.arch, "--std=c++17", "-default-device", "--fmad=false"};
+  std::vector<std::string> options = {"--gpu-architecture=" + r.arch + (r.arch_specific ? "a" : ""), "--std=c++17", "-default-device", "--fmad=false"};
   for (const auto& d : r.defines) options.push_back("-D" + d);
   return options;
 }

@@ -15,6 +15,9 @@ struct KernelRequest {
   std::string source;                // file under kernels/, e.g. "quantize_per_tensor.cu"
   std::vector<std::string> defines;  // "TEC_FP8_E4M3=1", ...
   std::string arch = "sm_90";
+  // Compile for the arch-specific target ("sm_90a"), whose features (wgmma) only that exact
+  // arch has; the cubin stays filed under `arch`, on which it runs.
+  bool arch_specific = false;
 };
 
 struct CompiledKernel {

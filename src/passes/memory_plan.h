@@ -29,8 +29,9 @@ struct PlannedBuffer {
   int64_t offset = 0;  // in the constants blob for Region::constants, else in the arena
   int first_step = 0;  // lifetime, inclusive; fixed regions span the whole run
   int last_step = 0;
-  // Constants: "" when the device holds the bytes as the plan does, "small_m_tiles" for an FP8
-  // weight the runtime permutes at upload into kernels/small_m_layout.h's layout.
+  // Constants: "" when the device holds the bytes as the plan does, "small_m_tiles" /
+  // "mid_m_tiles" for an FP8 weight the runtime permutes at upload into
+  // kernels/small_m_layout.h's / kernels/mid_m_layout.h's layout.
   std::string device_layout;
 };
 

@@ -27,6 +27,7 @@ class Reader {
     return j_[key];
   }
   std::string optional_str(const std::string& key) const { return j_.contains(key) ? str(key) : std::string(); }
+  int64_t optional_integer(const std::string& key, int64_t lo, int64_t hi) const { return j_.contains(key) ? integer(key, lo, hi) : 0; }
   std::string str(const std::string& key) const {
     TEC_USER_CHECK(field(key).is_string(), ctx(key)) << "expected a string";
     return field(key).get<std::string>();
@@ -123,12 +124,16 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
       << " bytes";
   b.device_layout = r.optional_str("device_layout");
   if (!b.device_layout.empty()) {
-    TEC_USER_CHECK(b.device_layout == "small_m_tiles", r.ctx("device_layout")) << "unknown device layout '" << b.device_layout << "'";
+    // The layouts' rows and K steps (kernels/small_m_layout.h, kernels/mid_m_layout.h).
+    const bool small = b.device_layout == "small_m_tiles";
+    TEC_USER_CHECK(small || b.device_layout == "mid_m_tiles", r.ctx("device_layout"))
+        << "unknown device layout '" << b.device_layout << "' (expected small_m_tiles or mid_m_tiles)";
+    const int64_t rows = small ? 16 : 64, k_step = small ? 64 : 128;
     TEC_USER_CHECK(b.region == "constants" && (b.dtype == DType::fp8_e4m3 || b.dtype == DType::fp8_e5m2) && b.shape.rank() == 2 &&
-                       b.shape[0] % 16 == 0 && b.shape[1] % 64 == 0,
+                       b.shape[0] % rows == 0 && b.shape[1] % k_step == 0,
                    r.ctx("device_layout"))
-        << "buffer '" << b.name << "': small_m_tiles takes a constant FP8 [N, K] weight with N % 16 == 0 and K % 64 == 0, not "
-        << b.region << " " << to_string(b.dtype) << " " << b.shape.str();
+        << "buffer '" << b.name << "': " << b.device_layout << " takes a constant FP8 [N, K] weight with N % " << rows
+        << " == 0 and K % " << k_step << " == 0, not " << b.region << " " << to_string(b.dtype) << " " << b.shape.str();
   }
   const json& life = r.array("lifetime");
   TEC_USER_CHECK(life.size() == 2 && life[0].is_number_integer() && life[1].is_number_integer(), r.ctx("lifetime"))
@@ -142,6 +147,9 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxGridYZ = 65535;
 constexpr int64_t kMaxBlockThreads = 1024;
+// The most dynamic shared memory a block may opt into on any arch tec targets (sm_90's 227 KB);
+// the session checks the GPU's own limit.
+constexpr int64_t kMaxDynamicSharedBytes = 227 * 1024;
 
 Launch parse_launch(const Reader& r, const std::string& path, const std::string& file, const Profile& p, int module_count,
                     int step_count) {
@@ -186,6 +194,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         << "grid y and z must be at most " << kMaxGridYZ;
     l.block = dims("block", kMaxBlockThreads);
     TEC_USER_CHECK(l.block[0] * l.block[1] * l.block[2] <= kMaxBlockThreads, r.ctx("block")) << "too many threads per block";
+    l.shared_bytes = r.optional_integer("shared_bytes", 0, kMaxDynamicSharedBytes);
     const json& args = r.array("args");
     TEC_USER_CHECK(args.size() <= 16, r.ctx("args")) << "at most 16 kernel argument slots";
     for (const auto& a : args) {

@@ -25,8 +25,9 @@ struct Buffer {
   int64_t offset = 0;  // in the constants blob, or in the arena
   int64_t bytes = 0;
   int first_step = 0, last_step = 0;
-  // Constants: "" (the device holds the plan's bytes) or "small_m_tiles" (an FP8 [N, K] weight
-  // the runtime permutes at upload into kernels/small_m_layout.h's layout).
+  // Constants: "" (the device holds the plan's bytes), "small_m_tiles" or "mid_m_tiles" (an FP8
+  // [N, K] weight the runtime permutes at upload into kernels/small_m_layout.h's or
+  // kernels/mid_m_layout.h's layout).
   std::string device_layout;
 };
 
@@ -92,6 +93,7 @@ struct Launch {
   int module = -1;
   std::string entry;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
+  int64_t shared_bytes = 0;  // dynamic shared memory of a kernel
   std::vector<KernelArg> args;
   Gemm gemm;
   int buffer = -1;  // memset

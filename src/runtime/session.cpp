@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "mid_m_layout.h"
 #include "small_m_layout.h"
 
 namespace tec::runtime {
@@ -208,18 +209,20 @@ void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
   std::map<int64_t, const plan::Buffer*> tiled;
   for (const plan::Profile& p : plan.profiles)
     for (const plan::Buffer& b : p.buffers)
-      if (b.region == "constants" && b.device_layout == "small_m_tiles") tiled.emplace(b.offset, &b);
+      if (b.region == "constants" && !b.device_layout.empty()) tiled.emplace(b.offset, &b);
   std::vector<uint8_t> permuted;
   for (const auto& [offset, b] : tiled) {
     const int64_t n_rows = b->shape[0], k = b->shape[1];
     const uint8_t* source = plan.constants.data() + offset;
     permuted.resize(static_cast<size_t>(b->bytes));
-    // 16-byte runs stay together in the layout (small_m_layout.h: lanes of 16 bytes).
+    const bool small = b->device_layout == "small_m_tiles";  // else mid_m_tiles (Plan::load allows no other)
+    // 16-byte runs of a row stay together in both layouts.
     for (int64_t n = 0; n < n_rows; ++n)
       for (int64_t c = 0; c < k; c += 16)
-        std::memcpy(permuted.data() + tec_small_m_tiled_offset(n, c, k), source + n * k + c, 16);
+        std::memcpy(permuted.data() + (small ? tec_small_m_tiled_offset(n, c, k) : tec_mid_m_tiled_offset(n, c, k)),
+                    source + n * k + c, 16);
     TEC_CUDA(cudaMemcpy(static_cast<char*>(device_constants) + offset, permuted.data(), permuted.size(), cudaMemcpyHostToDevice),
-             "constant '" + b->name + "' in its small_m_tiles device layout");
+             "constant '" + b->name + "' in its " + b->device_layout + " device layout");
   }
 }
 
@@ -369,6 +372,17 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     if (l.module >= 0)
       TEC_CUDA(cudaLibraryGetKernel(&s.kernels[i], s.shared->libraries.at(static_cast<size_t>(l.module)), l.entry.c_str()),
                where);
+    if (l.shared_bytes > 48 * 1024) {  // past the default, a kernel has to opt in
+      int most = 0;
+      TEC_CUDA(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, s.shared->device), where);
+      if (l.shared_bytes > most)
+        throw Error(ErrorKind::unsupported, ctx(where),
+                    "kernel " + l.entry + " needs " + std::to_string(l.shared_bytes) + " bytes of shared memory per block; this GPU allows " +
+                        std::to_string(most) + " (recompile with te-compile --arch for this GPU)");
+      TEC_CUDA(cudaKernelSetAttributeForDevice(s.kernels[i], cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(l.shared_bytes), s.shared->device),
+               where);
+    }
     if (l.kind == "kernel") {
       std::memset(&s.slots[i], 0, sizeof(KernelSlots));
       for (size_t a = 0; a < l.args.size(); ++a) {
@@ -565,7 +579,7 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
       TEC_CUDA(cudaLaunchKernel(reinterpret_cast<const void*>(s.kernels[i]),
                                 dim3(static_cast<unsigned>(l.grid[0]), static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2])),
                                 dim3(static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]), static_cast<unsigned>(l.block[2])),
-                                args, 0, stream),
+                                args, static_cast<size_t>(l.shared_bytes), stream),
                where);
     } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
       if (s.delayed_count > 0) {

@@ -9,6 +9,7 @@
 #include "codegen/lower.h"
 #include "codegen/quantize_kernels.h"
 #include "compiler.h"
+#include "mid_m_layout.h"
 #include "test_util.h"
 
 namespace tec::codegen {
@@ -78,6 +79,78 @@ TEST_CASE("every kernel of every example plan under every recipe compiles to an 
       compile_ms += cold.codegen.compile_milliseconds;
     }
   MESSAGE(modules << " modules across the example plans; " << compile_ms << " ms of NVRTC before the cache");
+}
+
+namespace {
+// mlp.json lowered (and its kernels compiled) for the given token counts, recipe and archs.
+CompileResult lowered_mlp(std::vector<int64_t> tokens, RecipeKind recipe, std::vector<std::string> archs, bool mid_m_gemm = true) {
+  CompileOptions options;
+  options.mid_m_gemm = mid_m_gemm;
+  options.model_path = test::source_dir() + "/examples/mlp.json";
+  options.frontend.recipe = recipe;
+  options.frontend.dim_overrides["T"] = std::move(tokens);
+  options.archs = std::move(archs);
+  options.cache_dir = fresh_cache("mid_m");
+  options.dump_after = "codegen";  // stop before the constants: mlp.json's weights are 134 MB
+  return compile(options);
+}
+const Launch* find_entry(const CompiledProfile& p, const std::string& entry) {
+  for (const Launch& l : p.gpu.launches)
+    if (l.entry == entry) return &l;
+  return nullptr;
+}
+std::string layout_of(const CompiledProfile& p, const std::string& buffer) {
+  for (const auto& b : p.memory.buffers)
+    if (b.name == buffer) return b.device_layout;
+  return "(no buffer " + buffer + ")";
+}
+}  // namespace
+
+TEST_CASE("with --mid-m-gemm, fc1 of mlp.json at 64-128 tokens with current scaling runs tec's mid-M kernel when every arch is sm_90") {
+  for (int64_t t : {64, 100, 128}) {
+    CAPTURE(t);
+    const CompileResult r = lowered_mlp({t}, RecipeKind::fp8_current, {"sm_90"});
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE(p.gpu.supported);
+    const Launch* mid = find_entry(p, "tec_gemm_mid_m");
+    REQUIRE(mid != nullptr);
+    CHECK(mid->grid[0] == 16384 / TEC_MID_M_BLOCK_ROWS);
+    CHECK(mid->block[0] == (t > 64 ? 384 : 256));  // a producer warpgroup and one per 64 tokens
+    CHECK(mid->shared_bytes == tec_mid_m_shared_bytes(t));
+    CHECK(mid->shared_bytes > 48 * 1024);
+    CHECK(r.code.modules.at(static_cast<size_t>(mid->module)).arch_specific);  // sm_90a: wgmma
+    CHECK(layout_of(p, "fc1.weight.data") == "mid_m_tiles");
+    CHECK(layout_of(p, "fc2.weight.data").empty());  // N = 4096: cuBLASLt
+    const auto& cubin = r.code.cubins.at(static_cast<size_t>(mid->module)).at(0);
+    CHECK(std::string(cubin.begin(), cubin.begin() + 4) == "\x7f" "ELF");
+  }
+}
+
+TEST_CASE("the mid-M kernel is not used unless asked for, for other archs, other recipes, or a weight another profile reads differently") {
+  SUBCASE("not asked for: cuBLASLt (the kernel is experimental)") {
+    const CompileResult r = lowered_mlp({128}, RecipeKind::fp8_current, {"sm_90"}, false);
+    CHECK(find_entry(r.profiles.at(0), "tec_gemm_mid_m") == nullptr);
+    CHECK(layout_of(r.profiles.at(0), "fc1.weight.data").empty());
+  }
+  SUBCASE("an sm_89 target next to sm_90: no wgmma there, and layouts are shared") {
+    const CompileResult r = lowered_mlp({128}, RecipeKind::fp8_current, {"sm_90", "sm_89"});
+    CHECK(find_entry(r.profiles.at(0), "tec_gemm_mid_m") == nullptr);
+  }
+  SUBCASE("delayed scaling: cuBLASLt writes FP8 with the D scale, which measured faster") {
+    const CompileResult r = lowered_mlp({128}, RecipeKind::fp8_delayed, {"sm_90"});
+    CHECK(find_entry(r.profiles.at(0), "tec_gemm_mid_m") == nullptr);
+  }
+  SUBCASE("T=16 next to T=128: the small-M kernel also reads fc1's weight, so it stays row-major and T=128 takes cuBLASLt") {
+    const CompileResult r = lowered_mlp({16, 128}, RecipeKind::fp8_current, {"sm_90"});
+    REQUIRE(r.profiles.size() == 2);
+    CHECK(find_entry(r.profiles[0], "tec_gemm_small_m") != nullptr);
+    CHECK(find_entry(r.profiles[1], "tec_gemm_mid_m") == nullptr);
+    CHECK(layout_of(r.profiles[1], "fc1.weight.data").empty());
+    bool said_why = false;
+    for (const auto& step : r.profiles[1].schedule.steps)
+      for (const auto& note : step.fusions) said_why |= note.find("not the mid-M kernel") != std::string::npos;
+    CHECK(said_why);
+  }
 }
 
 TEST_CASE("a damaged cache entry is compiled again and replaced") {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "core/shape.h"
+#include "mid_m_layout.h"
 #include "small_m_layout.h"
 #include "test_util.h"
 
@@ -120,6 +121,28 @@ TEST_CASE("the small-M tiled layout is a permutation that puts each warp's step 
           CHECK(tec_small_m_tiled_offset(16 * tile + g, 64 * step + 16 * t + j, k) == base);
           CHECK(tec_small_m_tiled_offset(16 * tile + g + 8, 64 * step + 16 * t + j, k) == base + 512);
         }
+}
+
+TEST_CASE("the mid-M layout is a permutation: each 64-row tile's 128-byte step is 8 KB in wgmma's 128-byte swizzle") {
+  const long long n_rows = 128, k = 384;
+  std::vector<int> hits(static_cast<size_t>(n_rows * k), 0);
+  for (long long n = 0; n < n_rows; ++n)
+    for (long long c = 0; c < k; ++c) {
+      const long long at = tec_mid_m_tiled_offset(n, c, k);
+      REQUIRE(at >= 0);
+      REQUIRE(at < n_rows * k);
+      ++hits[static_cast<size_t>(at)];
+    }
+  for (int h : hits) REQUIRE(h == 1);
+  // What kernels/gemm_mid_m.cu copies and wgmma reads: step s of tile t starts at
+  // t * 64 K + 8192 s; row r's 128 bytes lie at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).
+  for (long long tile : {0, 1})
+    for (long long step : {0, 2})
+      for (long long r = 0; r < 64; ++r)
+        for (long long c = 0; c < 8; ++c)
+          for (long long j = 0; j < 16; j += 5)
+            CHECK(tec_mid_m_tiled_offset(64 * tile + r, 128 * step + 16 * c + j, k) ==
+                  tile * 64 * k + 8192 * step + 128 * r + 16 * (c ^ (r % 8)) + j);
 }
 
 }  // namespace tec

@@ -38,9 +38,11 @@ struct Case {
   std::string model;
   RecipeKind recipe;
   std::vector<int64_t> tokens;  // the T profiles
-  // Every weight is read by the small-M GEMM alone, so the device must hold them in its tiled
-  // layout (kernels/small_m_layout.h): the case then checks that path against the reference.
-  bool expect_tiled_weights = false;
+  // The device layout this case must put weights in, so that it checks the kernel reading
+  // them against the reference: small_m_tiles (kernels/small_m_layout.h) for every FP8 weight,
+  // all read by the small-M GEMM alone; mid_m_tiles (kernels/mid_m_layout.h) for mlp.json's
+  // fc1 weight, read by the mid-M GEMM (fc2's N is too small for it).
+  std::string expect_layout;
 };
 
 double bound_of(RecipeKind r) { return r == RecipeKind::bf16 ? 0.01 : r == RecipeKind::nvfp4 ? 0.30 : 0.08; }
@@ -51,20 +53,22 @@ int run_case(const Case& c, const std::string& arch) {
   options.frontend.recipe = c.recipe;
   options.frontend.dim_overrides["T"] = c.tokens;
   options.archs = {arch};
+  options.mid_m_gemm = c.expect_layout == "mid_m_tiles";  // experimental, so asked for
   const CompileResult compiled = compile(options);
   auto plan = std::make_shared<const plan::Plan>(
       plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), c.model));
   int failures = 0;
-  if (c.expect_tiled_weights) {
+  if (!c.expect_layout.empty()) {
     int tiled = 0, fp8_weights = 0;
     for (const plan::Buffer& b : plan->profiles[0].buffers) {
-      tiled += b.device_layout == "small_m_tiles";
+      tiled += b.device_layout == c.expect_layout;
       fp8_weights += b.region == "constants" && b.role == BufferRole::data && is_float8(b.dtype);
     }
-    const bool ok = tiled == fp8_weights && tiled > 0;
+    const int expected = c.expect_layout == "small_m_tiles" ? fp8_weights : 1;
+    const bool ok = tiled == expected && tiled > 0;
     failures += ok ? 0 : 1;
-    std::printf("  %s %s: %d of %d FP8 weights in the small-M tiled device layout%s\n", c.model.c_str(),
-                std::string(to_string(c.recipe)).c_str(), tiled, fp8_weights, ok ? "" : "  FAIL");
+    std::printf("  %s %s: %d of %d FP8 weights in the %s device layout (expected %d)%s\n", c.model.c_str(),
+                std::string(to_string(c.recipe)).c_str(), tiled, fp8_weights, c.expect_layout.c_str(), expected, ok ? "" : "  FAIL");
   }
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
@@ -178,10 +182,13 @@ int plans_test(const std::string& arch) {
   // 5 tokens: tec's small-M GEMM with a partial 8-token tile (its rows past M read as zero).
   // Alone in their plans, those profiles leave the weights to the small-M GEMM, which then
   // reads them tiled; with T=32 next to T=128 (cuBLASLt) above, it reads them row-major.
-  for (RecipeKind r : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp_tiny.json", r, {5}, true});
+  for (RecipeKind r : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp_tiny.json", r, {5}, "small_m_tiles"});
   if (!std::getenv("TEC_GPU_TEST_SMALL")) {
     for (RecipeKind r : recipes) cases.push_back({"mlp.json", r, {16, 2048}});
-    cases.push_back({"mlp.json", RecipeKind::fp8_current, {16}, true});
+    cases.push_back({"mlp.json", RecipeKind::fp8_current, {16}, "small_m_tiles"});
+    // The mid-M GEMM (Hopper only): one consumer warpgroup at 64 tokens, two at 100 (the last
+    // 28 rows of the second not stored) and 128.
+    if (arch == "sm_90") cases.push_back({"mlp.json", RecipeKind::fp8_current, {64, 100, 128}, "mid_m_tiles"});
   }
   std::printf("plans on the GPU (every example, every recipe):\n");
   for (const Case& c : cases) {

@@ -228,6 +228,10 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["kind"] = "shell"; }).find("unknown launch kind 'shell'") !=
         std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["shared_bytes"] = 1 << 20; }).find("expected an integer in [0, 232448], got 1048576") !=
+        std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["shared_bytes"] = -1; }).find("expected an integer in [0, 232448]") !=
+        std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["k"] = 1 << 20; }).find("GEMM operand a needs") !=
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["d"]["buffer"] = launch(m, "gemm")["gemm"]["a"]["buffer"]; })
@@ -248,6 +252,8 @@ TEST_CASE("device layouts: unknown names, buffers they cannot apply to, and prof
             .find("small_m_tiles takes a constant FP8 [N, K] weight") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.bias.data")["device_layout"] = "small_m_tiles"; })
             .find("small_m_tiles takes a constant FP8 [N, K] weight") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { buffer(m, 0, "x.data")["device_layout"] = "mid_m_tiles"; })
+            .find("mid_m_tiles takes a constant FP8 [N, K] weight with N % 64 == 0 and K % 128 == 0") != std::string::npos);
   // The plan has two profiles sharing the constants; one alone may not permute a weight.
   REQUIRE(valid_plan().manifest["profiles"].size() >= 2);
   CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.weight.data")["device_layout"] = "small_m_tiles"; })
