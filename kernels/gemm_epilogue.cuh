@@ -73,8 +73,26 @@ __device__ __forceinline__ void tec_gemm_store(const TecArgs& args, i64 out, flo
 #endif
 }
 
-// The max of the warp's lanes' amax, in every lane.
-__device__ __forceinline__ float tec_warp_amax(float amax) {
+// Publishes the amax that tec_gemm_store collected in each thread of kWarps warps (`warp`: this
+// thread's among them): TEC_OUT 11 maxes each warp's into amax_history[0]; TEC_OUT 20 writes
+// their max as partial blockIdx.x. `sync` is a barrier over exactly those warps.
+template <int kWarps, typename Sync>
+__device__ __forceinline__ void tec_gemm_publish_amax(const TecArgs& args, float amax, int warp, Sync sync) {
+#if TEC_OUT == 11 || TEC_OUT == 20
   for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  return amax;
+  const int lane = threadIdx.x % 32;
+#endif
+#if TEC_OUT == 11
+  if (lane == 0) tec_atomic_amax((float*)args.slot[8], amax);
+#elif TEC_OUT == 20
+  __shared__ float warp_amax[kWarps];
+  if (lane == 0) warp_amax[warp] = amax;
+  sync();
+  if (warp == 0 && lane == 0) {
+    float block_amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
+    ((float*)args.slot[8])[blockIdx.x] = block_amax;
+  }
+#endif
 }

@@ -217,20 +217,8 @@ extern "C" __global__ void __launch_bounds__(128 * (TEC_CONSUMERS + 1), 1) tec_g
     const i64 n = row0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1), out = (i64)token * TEC_N + n;
     if (token < TEC_M) tec_gemm_store(args, out, tec_gemm_epilogue(args, alpha, acc[i], n, out), local_amax);
   }
-#if TEC_OUT == 11 || TEC_OUT == 20
-  local_amax = tec_warp_amax(local_amax);
-#endif
-#if TEC_OUT == 11
-  if (lane == 0) tec_atomic_amax((float*)args.slot[8], local_amax);
-#elif TEC_OUT == 20
-  __shared__ float warp_amax[4 * TEC_CONSUMERS];
-  if (lane == 0) warp_amax[consumer * 4 + warp] = local_amax;
-  asm volatile("bar.sync 1, %0;" ::"n"(128 * TEC_CONSUMERS) : "memory");  // the consumers only
-  if (consumer == 0 && tid == 0) {
-    float block_amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4 * TEC_CONSUMERS; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
-    ((float*)args.slot[8])[blockIdx.x] = block_amax;
-  }
-#endif
+  // The consumers only: the producer warpgroup has returned.
+  tec_gemm_publish_amax<4 * TEC_CONSUMERS>(args, local_amax, consumer * 4 + warp, [] {
+    asm volatile("bar.sync 1, %0;" ::"n"(128 * TEC_CONSUMERS) : "memory");
+  });
 }

@@ -145,20 +145,5 @@ extern "C" __global__ void __launch_bounds__(TEC_WARPS * 32, 2) tec_gemm_small_m
     const i64 n = row0 + row, out = (i64)token * TEC_N + n;
     tec_gemm_store(args, out, tec_gemm_epilogue(args, alpha, sum, n, out), local_amax);
   }
-#if TEC_OUT == 11 || TEC_OUT == 20
-  local_amax = tec_warp_amax(local_amax);
-#endif
-#if TEC_OUT == 11
-  if (lane == 0) tec_atomic_amax((float*)args.slot[8], local_amax);
-#elif TEC_OUT == 20
-  __shared__ float warp_amax[TEC_WARPS];
-  if (lane == 0) warp_amax[warp] = local_amax;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    float block_amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < TEC_WARPS; ++i) block_amax = fmaxf(block_amax, warp_amax[i]);
-    ((float*)args.slot[8])[blockIdx.x] = block_amax;
-  }
-#endif
+  tec_gemm_publish_amax<TEC_WARPS>(args, local_amax, warp, [] { __syncthreads(); });
 }
