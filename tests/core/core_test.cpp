@@ -100,17 +100,22 @@ TEST_CASE("with_context fills in the node for errors raised without one") {
   CHECK(std::string(e.what()).find("node 'ln' (layernorm)") != std::string::npos);
 }
 
-TEST_CASE("the small-M tiled layout is a permutation that puts each warp's step in one 1 KB run") {
-  const long long n_rows = 48, k = 192;
+// Every byte of an [n_rows][k] weight lands on its own place in [0, n_rows * k).
+void require_permutation(long long (*offset)(long long, long long, long long), long long n_rows, long long k) {
   std::vector<int> hits(static_cast<size_t>(n_rows * k), 0);
   for (long long n = 0; n < n_rows; ++n)
     for (long long c = 0; c < k; ++c) {
-      const long long at = tec_small_m_tiled_offset(n, c, k);
+      const long long at = offset(n, c, k);
       REQUIRE(at >= 0);
       REQUIRE(at < n_rows * k);
       ++hits[static_cast<size_t>(at)];
     }
   for (int h : hits) REQUIRE(h == 1);
+}
+
+TEST_CASE("the small-M tiled layout is a permutation that puts each warp's step in one 1 KB run") {
+  const long long n_rows = 48, k = 192;
+  require_permutation(tec_small_m_tiled_offset, n_rows, k);
   // What kernels/gemm_small_m.cu loads: lane 4g + t of step s reads 16 bytes of row g at
   // tile * 16K + 1024 s + 16 lane, and of row g + 8 512 bytes further.
   for (long long tile : {0, 2})
@@ -125,15 +130,7 @@ TEST_CASE("the small-M tiled layout is a permutation that puts each warp's step 
 
 TEST_CASE("the mid-M layout is a permutation: each 64-row tile's 128-byte step is 8 KB in wgmma's 128-byte swizzle") {
   const long long n_rows = 128, k = 384;
-  std::vector<int> hits(static_cast<size_t>(n_rows * k), 0);
-  for (long long n = 0; n < n_rows; ++n)
-    for (long long c = 0; c < k; ++c) {
-      const long long at = tec_mid_m_tiled_offset(n, c, k);
-      REQUIRE(at >= 0);
-      REQUIRE(at < n_rows * k);
-      ++hits[static_cast<size_t>(at)];
-    }
-  for (int h : hits) REQUIRE(h == 1);
+  require_permutation(tec_mid_m_tiled_offset, n_rows, k);
   // What kernels/gemm_mid_m.cu copies and wgmma reads: step s of tile t starts at
   // t * 64 K + 8192 s; row r's 128 bytes lie at 128 r, its 16-byte chunk c at chunk c ^ (r % 8).
   for (long long tile : {0, 1})
