@@ -115,8 +115,10 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   cudaStream_t stream;
   TEC_CLI_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   runtime::Session session(plan, profile);
-  std::printf("te-run: GPU (%s), plan %s, recipe %s, profile %s, %d launches in one CUDA graph\n", session.device_name().c_str(),
-              plan->name.c_str(), plan->recipe.c_str(), profile_name(profile.dims).c_str(), session.launch_count());
+  std::printf("te-run: GPU (%s), plan %s, recipe %s, profile %s, %d launches in one CUDA graph (%d start before the previous "
+              "kernel ends)\n",
+              session.device_name().c_str(), plan->name.c_str(), plan->recipe.c_str(), profile_name(profile.dims).c_str(),
+              session.launch_count(), session.early_launch_count());
 
   // Inputs come from the reference session, so that both backends read the same bytes.
   reference::Session ref(*plan, profile);
@@ -139,6 +141,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
               {"profile", profile.dims},
               {"device", session.device_name()},
               {"launches", session.launch_count()},
+              {"early_launches", session.early_launch_count()},
               {"arena_bytes", session.arena_bytes()},
               {"constant_bytes", session.constant_bytes()}};
   int exit_code = 0;

@@ -114,9 +114,10 @@ void inspect(const tec::plan::Plan& plan) {
         else if (l.kind == "memset")
           std::printf("  %-24s memset  %s\n", step.c_str(), p.buffers[static_cast<size_t>(l.buffer)].name.c_str());
         else
-          std::printf("  %-24s %-7s module %d %s grid %lld x %lld threads%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
+          std::printf("  %-24s %-7s module %d %s grid %lld x %lld threads%s%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
                       l.module, l.entry.c_str(), static_cast<long long>(l.grid[0]), static_cast<long long>(l.block[0]),
-                      l.shared_bytes ? (", " + std::to_string(l.shared_bytes) + " B dynamic shared memory").c_str() : "");
+                      l.shared_bytes ? (", " + std::to_string(l.shared_bytes) + " B dynamic shared memory").c_str() : "",
+                      l.early_launch ? ", early launch" : "");
       }
     }
     std::printf("\n  fusions:\n");

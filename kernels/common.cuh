@@ -38,6 +38,24 @@ __device__ __forceinline__ u8 tec_encode(float x) { return tec_encode_fp8<3, 7, 
 __device__ __forceinline__ u8 tec_encode(float x) { return tec_encode_fp8<2, 15, 0x7Bu>(x); }
 #endif
 
+// Programmatic dependent launch (Hopper and later). The runtime may launch a kernel whose
+// plan launch says "early_launch" before the kernel ahead of it in the stream has finished, so
+// that its launch and setup overlap the other kernel's tail. Such a kernel calls
+// tec_wait_for_previous_kernel() before it reads or writes any memory but the plan's constants:
+// the wait returns once the previous kernel has completed and its writes are visible (at once
+// when launched the ordinary way). tec_allow_next_kernel() lets the next kernel launch; it is
+// safe anywhere, since that kernel waits for this one's completion all the same, but the next
+// kernel's blocks then sit on the SMs, so a kernel that holds them for long calls it late.
+__device__ __forceinline__ void tec_allow_next_kernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tec_wait_for_previous_kernel() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 // max|x| skipping NaN, as fmaxf does; the bits of a non-negative float order like the float.
 __device__ __forceinline__ void tec_atomic_amax(float* target, float value) {
   atomicMax((u32*)target, __float_as_uint(value));

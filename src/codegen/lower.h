@@ -53,6 +53,9 @@ struct Launch {
   std::string entry;
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   int64_t shared_bytes = 0;  // dynamic shared memory of a kernel
+  // The kernel waits for the previous kernel in-kernel (kernels/common.cuh), so the runtime may
+  // launch it before that one has finished (programmatic dependent launch).
+  bool early_launch = false;
   std::vector<LaunchArg> args;
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed

@@ -28,6 +28,11 @@ class Reader {
   }
   std::string optional_str(const std::string& key) const { return j_.contains(key) ? str(key) : std::string(); }
   int64_t optional_integer(const std::string& key, int64_t lo, int64_t hi) const { return j_.contains(key) ? integer(key, lo, hi) : 0; }
+  bool optional_boolean(const std::string& key) const {
+    if (!j_.contains(key)) return false;
+    TEC_USER_CHECK(j_[key].is_boolean(), ctx(key)) << "expected a boolean, got " << j_[key].dump();
+    return j_[key].get<bool>();
+  }
   std::string str(const std::string& key) const {
     TEC_USER_CHECK(field(key).is_string(), ctx(key)) << "expected a string";
     return field(key).get<std::string>();
@@ -195,6 +200,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     l.block = dims("block", kMaxBlockThreads);
     TEC_USER_CHECK(l.block[0] * l.block[1] * l.block[2] <= kMaxBlockThreads, r.ctx("block")) << "too many threads per block";
     l.shared_bytes = r.optional_integer("shared_bytes", 0, kMaxDynamicSharedBytes);
+    l.early_launch = r.optional_boolean("early_launch");
     const json& args = r.array("args");
     TEC_USER_CHECK(args.size() <= 16, r.ctx("args")) << "at most 16 kernel argument slots";
     for (const auto& a : args) {

@@ -64,6 +64,8 @@ class Session {
   int64_t arena_bytes() const { return static_cast<int64_t>(plan_->arena_bytes); }
   int64_t constant_bytes() const { return static_cast<int64_t>(plan_->constants.size()); }
   int launch_count() const;
+  // Launches that start before the previous kernel ends (programmatic dependent launch).
+  int early_launch_count() const;
   const std::string& device_name() const { return device_name_; }
 
   // te-compile --tune: for each GEMM launch, times the cuBLASLt heuristic's first
@@ -78,6 +80,7 @@ class Session {
   const std::string& tuning_warning() const { return tuning_warning_; }
 
  private:
+  bool launches_early(size_t launch, bool step_hooks) const;
   struct Impl;
   std::shared_ptr<const plan::Plan> plan_;
   const plan::Profile& profile_;

@@ -4,10 +4,14 @@
 // - the final output is within the recipe's bound of the fp64 model (tests/fp64_model.h),
 //   measured on the MLP branch (y - x), on sampled rows for large T;
 // - outputs are poisoned (0xFF) before every run, and no poison survives;
-// - 100 graph replays give bit-identical outputs;
+// - 100 graph replays give bit-identical outputs, and the graph with every launch in order
+//   (no early launch, runtime/session.cpp) gives those bytes too;
 // - creating and destroying 100 sessions leaves device memory where it started.
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <stdexcept>
 
 #include "compiler.h"
 #include "fp64_model.h"
@@ -19,6 +23,7 @@
 namespace tec::gpu_test {
 
 namespace {
+int g_early_launches = 0;  // across every case: at least one on Hopper
 
 using namespace tec::test::fp64;
 
@@ -81,10 +86,13 @@ int run_case(const Case& c, const std::string& arch) {
     runtime::Session gpu(plan, profile);
     reference::Session inputs(*plan, profile);
     inputs.randomize_inputs(7);
-    for (size_t i = 0; i < profile.buffers.size(); ++i)
-      if (profile.buffers[i].region == "input")
-        gpu.upload(static_cast<int>(i), inputs.arena().data() + profile.buffers[i].offset,
-                   static_cast<size_t>(profile.buffers[i].bytes), stream);
+    auto upload_inputs = [&](runtime::Session& to) {
+      for (size_t i = 0; i < profile.buffers.size(); ++i)
+        if (profile.buffers[i].region == "input")
+          to.upload(static_cast<int>(i), inputs.arena().data() + profile.buffers[i].offset,
+                    static_cast<size_t>(profile.buffers[i].bytes), stream);
+    };
+    upload_inputs(gpu);
 
     // Kernel steps, eager, each against the CPU from the same arena. The second run, so
     // that delayed scaling casts with scales from a real history.
@@ -165,6 +173,33 @@ int run_case(const Case& c, const std::string& arch) {
     }
     failures += differing ? 1 : 0;
     std::printf("  %-36s 100 replays bit-identical: %s\n", label, differing ? "NO" : "yes");
+
+    // Kernels launched before the previous one ends wait for it in-kernel; a missing wait
+    // would race. A fresh session's first graph run gives the same bytes with every launch in
+    // order (fresh both: delayed scaling's state moves with every run).
+    g_early_launches += gpu.early_launch_count();
+    if (gpu.early_launch_count() > 0) {
+      auto first_run = [&](bool in_order) {
+        if (in_order) setenv("TEC_DISABLE_EARLY_LAUNCH", "1", 1);
+        std::unique_ptr<runtime::Session> s;
+        try {
+          s = std::make_unique<runtime::Session>(plan, profile);
+        } catch (...) {
+          unsetenv("TEC_DISABLE_EARLY_LAUNCH");
+          throw;
+        }
+        unsetenv("TEC_DISABLE_EARLY_LAUNCH");
+        if ((s->early_launch_count() == 0) != in_order)
+          throw std::runtime_error("TEC_DISABLE_EARLY_LAUNCH=1 did not turn early launch off");
+        upload_inputs(*s);
+        s->poison(stream);
+        s->run(stream);
+        return output_bytes(*s, stream);
+      };
+      const bool same = first_run(false) == first_run(true);
+      failures += same ? 0 : 1;
+      std::printf("  %-36s %d early launches; outputs as with none: %s\n", label, gpu.early_launch_count(), same ? "yes" : "NO  FAIL");
+    }
   }
   CHECK_CUDA(cudaStreamDestroy(stream));
   return failures;
@@ -198,6 +233,10 @@ int plans_test(const std::string& arch) {
       std::printf("  FAIL %s %s: %s\n", c.model.c_str(), std::string(to_string(c.recipe)).c_str(), e.what());
       ++failures;
     }
+  }
+  if (std::stoi(arch.substr(3)) >= 90 && g_early_launches == 0) {  // Hopper on: the layernorm's passes at least
+    std::printf("  FAIL no launch started early on %s\n", arch.c_str());
+    ++failures;
   }
   return failures;
 }

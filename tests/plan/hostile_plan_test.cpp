@@ -232,6 +232,8 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["shared_bytes"] = -1; }).find("expected an integer in [0, 232448]") !=
         std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["early_launch"] = "yes"; }).find("expected a boolean, got \"yes\"") !=
+        std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["k"] = 1 << 20; }).find("GEMM operand a needs") !=
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["d"]["buffer"] = launch(m, "gemm")["gemm"]["a"]["buffer"]; })
