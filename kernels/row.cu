@@ -186,7 +186,7 @@ __device__ __forceinline__ void tec_for_row(const TecArgs& args, const TecRow& r
 
 extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs args) {
   tec_allow_next_kernel();
-  tec_wait_for_previous_kernel();  // every slot may be the previous kernel's output or input
+  tec_wait_for_previous_kernel();  // the input may be the previous kernel's output, the output a buffer it reads
   __shared__ float scratch[TEC_WARPS];
   TecRow row;
   row.r = blockIdx.x;
