@@ -28,6 +28,8 @@ Examples:
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
   te-run mlp.teplan --inspect                             # buffers, steps, launches, GEMMs and fusions
+  TEC_DISABLE_EARLY_LAUNCH=1 te-run mlp.teplan            # every kernel launched after the previous one
+                                                          # ends (default on Hopper: early launch, README)
 
 Exit codes:
   0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input
