@@ -16,11 +16,14 @@ call per peer, and the --all call then loads the autotuned kernels:
   bench/bench.py --out DIR --part compile-fp8 --compile-only
   bench/bench.py --out DIR --part compile-bf16 --compile-only
 """
-import argparse, json, math, os, subprocess, struct, sys, time
+import argparse, json, subprocess, struct, sys, time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+try:  # --report alone runs without PyTorch, e.g. on the CPU machine over a copied --out folder
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    torch = F = None
 
 H, FFN = 4096, 16384
 TOKENS = [16, 128, 2048, 8192]
@@ -90,45 +93,48 @@ def time_cuda(fn, xs, iters=200, warmup=20):
 
 
 # ---- the PyTorch peers ----
-class Bf16Mlp(torch.nn.Module):
-    def __init__(self, w):
-        super().__init__()
-        for k, v in w.items():
-            self.register_buffer(k.replace(".", "_"), v.cuda())
-
-    def forward(self, x):
-        h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
-        a = F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh")
-        return x + F.linear(a, self.fc2_weight, self.fc2_bias)
-
-
 def quantize_current(t):
     amax = t.abs().amax().float().clamp(min=1e-12)
     scale = E4M3_MAX / amax
     return (t.float() * scale).to(torch.float8_e4m3fn), scale.reciprocal()
 
 
-class Fp8Mlp(torch.nn.Module):
-    """Per-tensor current scaling: amax -> scale -> cast e4m3 -> torch._scaled_mm with bias;
-    weights pre-quantized once."""
-    def __init__(self, w):
-        super().__init__()
-        self.register_buffer("ln_weight", w["ln.weight"].cuda())
-        self.register_buffer("ln_bias", w["ln.bias"].cuda())
-        for name in ("fc1", "fc2"):
-            q, s = quantize_current(w[name + ".weight"].cuda())
-            self.register_buffer(name + "_w", q)
-            self.register_buffer(name + "_s", s)
-            self.register_buffer(name + "_b", w[name + ".bias"].cuda())
+def peer_modules(w):
+    """The eager modules, defined here so that the file imports without PyTorch."""
+    class Bf16Mlp(torch.nn.Module):
+        def __init__(self, w):
+            super().__init__()
+            for k, v in w.items():
+                self.register_buffer(k.replace(".", "_"), v.cuda())
 
-    def forward(self, x):
-        h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
-        h8, hs = quantize_current(h)
-        a = torch._scaled_mm(h8, self.fc1_w.t(), scale_a=hs, scale_b=self.fc1_s, bias=self.fc1_b, out_dtype=torch.bfloat16)
-        a = F.gelu(a, approximate="tanh")
-        a8, as_ = quantize_current(a)
-        return x + torch._scaled_mm(a8, self.fc2_w.t(), scale_a=as_, scale_b=self.fc2_s, bias=self.fc2_b,
-                                    out_dtype=torch.bfloat16)
+        def forward(self, x):
+            h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
+            a = F.gelu(F.linear(h, self.fc1_weight, self.fc1_bias), approximate="tanh")
+            return x + F.linear(a, self.fc2_weight, self.fc2_bias)
+
+    class Fp8Mlp(torch.nn.Module):
+        """Per-tensor current scaling: amax -> scale -> cast e4m3 -> torch._scaled_mm with bias;
+        weights pre-quantized once."""
+        def __init__(self, w):
+            super().__init__()
+            self.register_buffer("ln_weight", w["ln.weight"].cuda())
+            self.register_buffer("ln_bias", w["ln.bias"].cuda())
+            for name in ("fc1", "fc2"):
+                q, s = quantize_current(w[name + ".weight"].cuda())
+                self.register_buffer(name + "_w", q)
+                self.register_buffer(name + "_s", s)
+                self.register_buffer(name + "_b", w[name + ".bias"].cuda())
+
+        def forward(self, x):
+            h = F.layer_norm(x, (H,), self.ln_weight, self.ln_bias, 1e-5)
+            h8, hs = quantize_current(h)
+            a = torch._scaled_mm(h8, self.fc1_w.t(), scale_a=hs, scale_b=self.fc1_s, bias=self.fc1_b, out_dtype=torch.bfloat16)
+            a = F.gelu(a, approximate="tanh")
+            a8, as_ = quantize_current(a)
+            return x + torch._scaled_mm(a8, self.fc2_w.t(), scale_a=as_, scale_b=self.fc2_s, bias=self.fc2_b,
+                                        out_dtype=torch.bfloat16)
+
+    return {"bf16": Bf16Mlp(w).eval(), "fp8": Fp8Mlp(w).eval()}
 
 
 def hand_graph(module, xs):
@@ -152,7 +158,7 @@ def hand_graph(module, xs):
 
 def run_peers(out, w, names, tokens, compile_only=False):
     results = []
-    mods = {"bf16": Bf16Mlp(w).eval(), "fp8": Fp8Mlp(w).eval()}
+    mods = peer_modules(w)
     for t in tokens:
         xs = [x.cuda() for x in inputs(t)]
         ref = reference64(w, xs[0])
@@ -192,8 +198,18 @@ def run_peers(out, w, names, tokens, compile_only=False):
                 json.dump(results, f, indent=1)
 
 
+def run_tool(cmd, **kwargs):
+    """A te-compile / te-run step; on failure, says which one (its own message is above) and stops."""
+    done = subprocess.run([str(c) for c in cmd], **kwargs)
+    if done.returncode != 0:
+        sys.exit(f"bench.py: {' '.join(str(c) for c in cmd)}\n  failed with exit code {done.returncode} (its message is above)")
+
+
 def run_tec(out, w, tokens, recipes, build, tune):
     import numpy as np
+    for tool in ("te-compile", "te-run"):
+        if not (build / "cli" / tool).is_file():
+            sys.exit(f"bench.py: no {build / 'cli' / tool}: build tec first, or name its build folder with --build")
     graph = json.loads((ROOT / "examples" / "mlp.json").read_text())
     graph["dims"]["T"] = tokens
     graph["weights"] = {"file": "weights.safetensors"}
@@ -206,21 +222,20 @@ def run_tec(out, w, tokens, recipes, build, tune):
             # profiles share the weights, so the small-T GEMMs read them row-major (README).
             plan = out / f"mlp.{recipe}.{t}.teplan"
             started = time.time()
-            subprocess.run([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "--shape",
-                            f"T={t}", "-q"] + (["--tune"] if tune else []), check=True)
+            run_tool([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "--shape",
+                      f"T={t}", "-q"] + (["--tune"] if tune else []))
             print(f"te-compile {recipe} T={t}{' --tune' if tune else ''}: {time.time() - started:.1f} s", flush=True)
             x = inputs(t)[0]
             np.save(out / f"x{t}.npy", x.float().numpy())
             report = out / f"tec.{recipe}.{t}.json"
             saved = out / f"y.{recipe}.{t}"
             # Four sessions in turn: the same input rotation as the peers get.
-            subprocess.run([build / "cli/te-run", plan, "--shape", f"T={t}", "--iterations", "200", "--warmup", "20",
-                            "--rotate", "4", "--input", f"x={out}/x{t}.npy", "--json", report, "--save-outputs", saved],
-                           check=True, stdout=subprocess.DEVNULL)
+            run_tool([build / "cli/te-run", plan, "--shape", f"T={t}", "--iterations", "200", "--warmup", "20",
+                      "--rotate", "4", "--input", f"x={out}/x{t}.npy", "--json", report, "--save-outputs", saved],
+                     stdout=subprocess.DEVNULL)
             if recipe.startswith("fp8") and t <= 128:  # where the targets are missed: keep the step profile
                 with open(out / f"profile.{recipe}.{t}.txt", "w") as f:
-                    subprocess.run([build / "cli/te-run", plan, "--shape", f"T={t}", "--iterations", "100", "--profile"],
-                                   check=True, stdout=f)
+                    run_tool([build / "cli/te-run", plan, "--shape", f"T={t}", "--iterations", "100", "--profile"], stdout=f)
             r = json.loads(report.read_text())
             y = torch.from_numpy(np.load(saved / "y.npy"))
             kind = "bf16" if recipe == "bf16" else "fp8"
@@ -245,6 +260,8 @@ def report(out):
     for p in sorted(out.glob("*.json")):
         if p.name.startswith(("peers-", "tec.json")):
             rows += json.loads(p.read_text())
+    if not rows:
+        sys.exit(f"bench.py: no results in {out} (tec.json, peers-*.json): run a --part there first")
     contenders = sorted({r["contender"] for r in rows}, key=lambda c: (not c.startswith("tec"), c))
     peers = [c for c in contenders if not c.startswith("tec")]
     best = {t: min((r for r in rows if r["T"] == t and r["contender"] in peers and r["ok"]), key=lambda r: r["us"], default=None)
@@ -299,25 +316,45 @@ def report(out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--part", default="", help="comma list: tec, eager, compile-fp8, compile-bf16")
-    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)))
-    ap.add_argument("--recipes", default="bf16,fp8-current,fp8-delayed,fp8-block")
-    ap.add_argument("--build", type=Path, default=ROOT / "build-gpu")
-    ap.add_argument("--report", action="store_true")
+    ap.add_argument("--out", type=Path, required=True,
+                    help="results folder: weights, plans, per-part JSON, then results.json and latency.png")
+    ap.add_argument("--part", default="", help="comma list of what to run: tec (te-compile + te-run per recipe and T), "
+                    "eager (eager and hand-graphed peers), compile-fp8, compile-bf16 (torch.compile max-autotune)")
+    ap.add_argument("--tokens", default=",".join(map(str, TOKENS)), help="comma list of T (default %(default)s)")
+    ap.add_argument("--recipes", default="bf16,fp8-current,fp8-delayed,fp8-block", help="tec recipes (default %(default)s)")
+    ap.add_argument("--build", type=Path, default=ROOT / "build-gpu", help="tec build folder with cli/te-compile and "
+                    "cli/te-run (default %(default)s)")
+    ap.add_argument("--report", action="store_true", help="print the table of every result in --out and write "
+                    "results.json and latency.png (needs neither PyTorch nor a GPU)")
     ap.add_argument("--all", action="store_true", help="every part, then the report (one device call)")
     ap.add_argument("--compile-only", action="store_true",
                     help="compile parts: only compile (fills Inductor's cache for a later --all), no timing")
     ap.add_argument("--tune", action="store_true", help="compile tec's plans with te-compile --tune (timed GEMM algorithms)")
     a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
-    tokens = [int(t) for t in a.tokens.split(",")]
-    w = weights()
-    if not (a.out / "weights.safetensors").exists():
-        write_safetensors(a.out / "weights.safetensors", w)
     parts = [p for p in a.part.split(",") if p]
     if a.all:
         parts, a.report = ["tec", "eager", "compile-fp8", "compile-bf16"], True
+    known = ("tec", "eager", "compile-fp8", "compile-bf16")
+    if unknown := [p for p in parts if p not in known]:
+        ap.error(f"--part {','.join(unknown)}: expected a comma list of {', '.join(known)}")
+    if not parts and not a.report:
+        ap.error("nothing to do: give --all, --part or --report")
+    try:
+        tokens = [int(t) for t in a.tokens.split(",")]
+    except ValueError:
+        ap.error(f"--tokens {a.tokens}: expected a comma list of integers, e.g. 16,128")
+    if parts:
+        if torch is None:
+            sys.exit(f"bench.py: --part {','.join(parts)} needs PyTorch (the device image has it); "
+                     "this Python has none. --report alone runs without it.")
+        if not torch.cuda.is_available():
+            sys.exit(f"bench.py: --part {','.join(parts)} needs a CUDA GPU; PyTorch sees none here. "
+                     "--report alone runs without one.")
+    if parts:
+        a.out.mkdir(parents=True, exist_ok=True)
+        w = weights()
+        if not (a.out / "weights.safetensors").exists():
+            write_safetensors(a.out / "weights.safetensors", w)
     if "tec" in parts:
         run_tec(a.out, w, tokens, a.recipes.split(","), a.build, a.tune)
     if "eager" in parts:
