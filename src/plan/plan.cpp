@@ -522,17 +522,20 @@ Plan Plan::load_file(const std::string& path) {
 
 const Profile& Plan::profile(const std::map<std::string, int64_t>& dims) const {
   if (dims.empty() && profiles.size() == 1) return profiles[0];
+  auto text = [](const std::map<std::string, int64_t>& d) {
+    std::string out;
+    for (const auto& [dim, size] : d) out += (out.empty() ? "" : ",") + dim + "=" + std::to_string(size);
+    return out;
+  };
   std::string known;
   for (const Profile& p : profiles) {
     bool match = true;
     for (const auto& [dim, size] : dims) match &= p.dims.count(dim) && p.dims.at(dim) == size;
     if (match && !dims.empty()) return p;
-    std::string one;
-    for (const auto& [dim, size] : p.dims) one += (one.empty() ? "" : ",") + dim + "=" + std::to_string(size);
-    known += (known.empty() ? "" : "; ") + one;
+    known += (known.empty() ? "" : "; ") + text(p.dims);
   }
   throw Error(ErrorKind::usage, ErrorContext{"plan", "", "", ""},
-              std::string(dims.empty() ? "the plan has several profiles, pick one with --shape" : "no profile matches") +
+              (dims.empty() ? "the plan has several profiles, pick one with --shape" : "no profile has " + text(dims)) +
                   "; the plan has: " + known);
 }
 
