@@ -78,6 +78,12 @@ std::optional<Shape> broadcast_shape(const Shape& a, const Shape& b) {
   return Shape(out);
 }
 
+Shape broadcast_shape_checked(const Shape& a, const Shape& b, const ErrorContext& ctx) {
+  auto out = broadcast_shape(a, b);
+  TEC_USER_CHECK(out.has_value(), ctx) << "shapes " << a.str() << " and " << b.str() << " do not broadcast";
+  return *out;
+}
+
 // For each element of `out`, the index of the element of `in` it reads under broadcasting.
 std::vector<size_t> broadcast_index(const Shape& in, const Shape& out) {
   const size_t rank = out.rank();

@@ -36,6 +36,8 @@ BackwardResult passthrough_backward(const BackwardContext& ctx);
 // numpy / ONNX multidirectional broadcasting: the result shape, or nullopt when the shapes
 // do not broadcast.
 std::optional<Shape> broadcast_shape(const Shape& a, const Shape& b);
+// The same, or a user error naming both shapes where they do not broadcast.
+Shape broadcast_shape_checked(const Shape& a, const Shape& b, const ErrorContext& ctx);
 // For each element of `out` (row-major), the index of the element of `in` it reads when `in`
 // is broadcast to `out`.
 std::vector<size_t> broadcast_index(const Shape& in, const Shape& out);

@@ -28,10 +28,8 @@ InferResult infer_binary(const InferContext& ctx) {
   require_high_precision(ctx, 0);
   require_high_precision(ctx, 1);
   const DType dtype = common_dtype(ctx);
-  auto out = broadcast_shape(ctx.inputs[0].shape, ctx.inputs[1].shape);
-  TEC_USER_CHECK(out.has_value(), ctx.error)
-      << "shapes " << ctx.inputs[0].shape.str() << " and " << ctx.inputs[1].shape.str() << " do not broadcast";
-  return InferResult{{TensorProto::dense(*out, dtype)}, {}, {}};
+  const Shape out = broadcast_shape_checked(ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.error);
+  return InferResult{{TensorProto::dense(out, dtype)}, {}, {}};
 }
 
 float apply_binary(const std::string& fn, float a, float b) {
@@ -44,7 +42,7 @@ float apply_binary(const std::string& fn, float a, float b) {
 
 std::vector<HostTensor> reference_binary(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const std::string fn = attrs.get_string("fn", "add");
-  const Shape out_shape = *broadcast_shape(in[0].shape, in[1].shape);
+  const Shape out_shape = broadcast_shape_checked(in[0].shape, in[1].shape, {});
   const auto ia = broadcast_index(in[0].shape, out_shape), ib = broadcast_index(in[1].shape, out_shape);
   HostTensor out{out_shape, std::vector<float>(ia.size())};
   for (size_t e = 0; e < ia.size(); ++e) out.values[e] = apply_binary(fn, in[0].values[ia[e]], in[1].values[ib[e]]);
@@ -110,19 +108,22 @@ std::optional<MatmulShapes> matmul_shapes(const Shape& a0, const Shape& b0, std:
   return s;
 }
 
+MatmulShapes matmul_shapes_checked(const Shape& a, const Shape& b, const ErrorContext& ctx) {
+  std::string why;
+  auto s = matmul_shapes(a, b, why);
+  TEC_USER_CHECK(s.has_value(), ctx) << why;
+  return *s;
+}
+
 InferResult infer_matmul(const InferContext& ctx) {
   require_high_precision(ctx, 0);
   require_high_precision(ctx, 1);
   const DType dtype = common_dtype(ctx);
-  std::string why;
-  auto s = matmul_shapes(ctx.inputs[0].shape, ctx.inputs[1].shape, why);
-  TEC_USER_CHECK(s.has_value(), ctx.error) << why;
-  return InferResult{{TensorProto::dense(s->out, dtype)}, {}, {}};
+  return InferResult{{TensorProto::dense(matmul_shapes_checked(ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.error).out, dtype)}, {}, {}};
 }
 
 std::vector<HostTensor> reference_matmul(const Attributes&, const std::vector<HostTensor>& in) {
-  std::string why;
-  const MatmulShapes s = *matmul_shapes(in[0].shape, in[1].shape, why);
+  const MatmulShapes s = matmul_shapes_checked(in[0].shape, in[1].shape, {});
   Shape a_batch(std::vector<int64_t>(s.a.dims.begin(), s.a.dims.end() - 2));
   Shape b_batch(std::vector<int64_t>(s.b.dims.begin(), s.b.dims.end() - 2));
   const auto ia = broadcast_index(a_batch, s.batch), ib = broadcast_index(b_batch, s.batch);

@@ -234,6 +234,57 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
   CHECK(std::string(e.what()).find("no symbolic dim 'seq'") != std::string::npos);
 }
 
+// y = x + (a + b) for constants a and b: the inner Add is folded at import.
+::onnx::ModelProto folded_add_model(std::vector<int64_t> a_dims, std::vector<int64_t> b_dims, std::vector<int64_t> x_dims) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(10);
+  m.add_opset_import()->set_version(21);
+  auto* g = m.mutable_graph();
+  g->set_name("fold");
+  auto* x = g->add_input();
+  x->set_name("x");
+  x->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::FLOAT);
+  for (int64_t d : x_dims) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
+  g->add_output()->set_name("y");
+  for (const auto& [name, dims] : {std::pair{"a", a_dims}, std::pair{"b", b_dims}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    int64_t count = 1;
+    for (int64_t d : dims) {
+      t->add_dims(d);
+      count *= d;
+    }
+    for (int64_t i = 0; i < count; ++i) t->add_float_data(0.25f);
+  }
+  auto add = [&](const std::string& a, const std::string& b, const std::string& out) {
+    auto* n = g->add_node();
+    n->set_name(out);
+    n->set_op_type("Add");
+    n->add_input(a);
+    n->add_input(b);
+    n->add_output(out);
+  };
+  add("a", "b", "ab");
+  add("x", "ab", "y");
+  return m;
+}
+
+TEST_CASE("constant folding may grow a constant by broadcasting, but not without bound") {
+  SUBCASE("a [64, 1] + [1, 64] table folds") {
+    const OnnxImport imported = import_bytes(bytes_of(folded_add_model({64, 1}, {1, 64}, {64, 64})));
+    CHECK(imported.graphs.at(0).value(imported.graphs.at(0).outputs.at(0)).proto.shape == Shape{64, 64});
+  }
+  SUBCASE("a [8192, 1] + [1, 8192] table (2^26 elements from 8192) is refused before it is allocated") {
+    expect_error(bytes_of(folded_add_model({8192, 1}, {1, 8192}, {8192, 8192})), ErrorKind::unsupported,
+                 "folding would make a constant of 67108864 elements [8192, 8192] from inputs of at most 8192");
+  }
+  SUBCASE("constants whose shapes do not broadcast are named, not folded") {
+    expect_error(bytes_of(folded_add_model({32, 16}, {32}, {32, 16})), ErrorKind::invalid_input,
+                 "shapes [32, 16] and [32] do not broadcast");
+  }
+}
+
 }  // namespace tec
 
 namespace tec {

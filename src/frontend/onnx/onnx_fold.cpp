@@ -39,6 +39,18 @@ bool foldable(const std::string& op) {
 
 
 namespace {
+// Folding may make a constant larger than its inputs (broadcasting, a Gather that repeats
+// indices), but not without bound: two tiny constants could otherwise ask for terabytes.
+constexpr int64_t kMaxFoldGrowth = int64_t{1} << 24;  // elements: a 4096 x 4096 table
+
+void check_folded_size(const Shape& out, std::initializer_list<const Tensor*> inputs) {
+  int64_t largest = 0;
+  for (const Tensor* t : inputs) largest = std::max(largest, t->numel());
+  TEC_UNSUPPORTED_CHECK(out.numel() <= std::max(largest, kMaxFoldGrowth), ErrorContext{})
+      << "folding would make a constant of " << out.numel() << " elements " << out.str() << " from inputs of at most "
+      << largest << "; tec folds a constant up to the size of its largest input, or " << kMaxFoldGrowth << " elements";
+}
+
 // A float that must become an int64 (a shape, an index, a Cast to an integer type): a value
 // outside int64's range or NaN has no integer (and converting it is undefined behaviour).
 int64_t to_int64(double v) {
@@ -176,11 +188,9 @@ Tensor via_reference(const std::string& op, Attributes attrs, const std::vector<
 }
 
 Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
-  auto shape = broadcast_shape(Shape(a.dims), Shape(b.dims));
-  TEC_USER_CHECK(shape.has_value(), {}) << "shapes " << Shape(a.dims).str() << " and " << Shape(b.dims).str()
-                                        << " do not broadcast";
-  const auto ia = broadcast_index(Shape(a.dims), *shape), ib = broadcast_index(Shape(b.dims), *shape);
-  Tensor t = ints_tensor({}, shape->dims);
+  const Shape shape = broadcast_shape_checked(Shape(a.dims), Shape(b.dims), {});
+  const auto ia = broadcast_index(Shape(a.dims), shape), ib = broadcast_index(Shape(b.dims), shape);
+  Tensor t = ints_tensor({}, shape.dims);
   t.elem_type = a.elem_type;
   for (size_t e = 0; e < ia.size(); ++e) {
     const int64_t x = a.ints[ia[e]], y = b.ints[ib[e]];
@@ -325,6 +335,7 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     const Tensor& idx_t = require(1);
     t.dims.insert(t.dims.end(), idx_t.dims.begin(), idx_t.dims.end());
     t.dims.insert(t.dims.end(), data.dims.begin() + axis + 1, data.dims.end());
+    check_folded_size(Shape(t.dims), {&data, &idx_t});
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t raw : indices) {
         const int64_t i = raw < 0 ? raw + extent : raw;
@@ -403,6 +414,7 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
   }
   if (auto it = kBinaryFunctions.find(op); it != kBinaryFunctions.end()) {
     const Tensor &a = require(0), &b = require(1);
+    check_folded_size(broadcast_shape_checked(Shape(a.dims), Shape(b.dims), {}), {&a, &b});
     if (!a.is_float() && !b.is_float() && op != "Pow") return one(integer_binary(it->second, a, b));
     Attributes attrs;
     attrs.values["fn"] = it->second;
