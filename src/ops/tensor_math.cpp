@@ -119,7 +119,8 @@ InferResult infer_matmul(const InferContext& ctx) {
   require_high_precision(ctx, 0);
   require_high_precision(ctx, 1);
   const DType dtype = common_dtype(ctx);
-  return InferResult{{TensorProto::dense(matmul_shapes_checked(ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.error).out, dtype)}, {}, {}};
+  const MatmulShapes s = matmul_shapes_checked(ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.error);
+  return InferResult{{TensorProto::dense(s.out, dtype)}, {}, {}};
 }
 
 std::vector<HostTensor> reference_matmul(const Attributes&, const std::vector<HostTensor>& in) {

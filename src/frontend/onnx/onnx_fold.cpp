@@ -41,14 +41,16 @@ bool foldable(const std::string& op) {
 namespace {
 // Folding may make a constant larger than its inputs (broadcasting, a Gather that repeats
 // indices), but not without bound: two tiny constants could otherwise ask for terabytes.
-constexpr int64_t kMaxFoldGrowth = int64_t{1} << 24;  // elements: a 4096 x 4096 table
+// A folded constant may have this many elements (a 4096 x 4096 table), or as many as its
+// largest input has.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 24;
 
 void check_folded_size(const Shape& out, std::initializer_list<const Tensor*> inputs) {
   int64_t largest = 0;
   for (const Tensor* t : inputs) largest = std::max(largest, t->numel());
-  TEC_UNSUPPORTED_CHECK(out.numel() <= std::max(largest, kMaxFoldGrowth), ErrorContext{})
+  TEC_UNSUPPORTED_CHECK(out.numel() <= std::max(largest, kMaxFoldedElements), ErrorContext{})
       << "folding would make a constant of " << out.numel() << " elements " << out.str() << " from inputs of at most "
-      << largest << "; tec folds a constant up to the size of its largest input, or " << kMaxFoldGrowth << " elements";
+      << largest << "; tec folds a constant up to the size of its largest input, or " << kMaxFoldedElements << " elements";
 }
 
 // A float that must become an int64 (a shape, an index, a Cast to an integer type): a value
