@@ -172,7 +172,8 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
                         {"arena_bytes", p.memory.arena_bytes},
                         {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
                         {"scratch_naive_bytes", p.memory.scratch_naive_bytes},
-                        {"constant_bytes", p.memory.constant_bytes}});
+                        {"constant_bytes", p.memory.constant_bytes},
+                        {"gpu", {{"supported", p.gpu.supported}, {"reason", p.gpu.reason}}}});
   }
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& t : result.timings) timings[t.pass] = t.milliseconds;

@@ -10,6 +10,16 @@ typedef long long i64;
 
 __device__ __forceinline__ float tec_bf16_to_float(u16 bits) { return __uint_as_float(((u32)bits) << 16); }
 
+// IEEE half, exactly (as tec::fp16_to_float).
+__device__ __forceinline__ float tec_fp16_to_float(u16 h) {
+  const u32 e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+  float v;
+  if (e == 0) v = (float)m * 5.9604644775390625e-08f;  // 2^-24, exact
+  else if (e == 31) v = m ? __uint_as_float(0x7FC00000u) : __uint_as_float(0x7F800000u);
+  else v = __uint_as_float(((e + 112u) << 23) | (m << 13));
+  return (h & 0x8000u) ? -v : v;
+}
+
 // Round to nearest even and saturate like cvt.rn.satfinite: NaN -> 0x7F, |x| past max -> max.
 template <int kMantissa, int kBias, u32 kMaxCode>
 __device__ __forceinline__ u8 tec_encode_fp8(float x) {
@@ -133,6 +143,20 @@ __device__ __forceinline__ u8 tec_float_to_e8m0_round_up(float v) {
   if (exponent == 0) return v <= __uint_as_float(0x00400000u) ? 0 : 1;
   if (mantissa != 0 && exponent != 0xFEu) return (u8)(exponent + 1);
   return (u8)exponent;
+}
+
+// IEEE half with round to nearest even; past 65504 (from 65520 on) inf; NaN -> 0x7E00 (as
+// reference float_to_fp16, whose NaN has no sign).
+__device__ __forceinline__ u16 tec_float_to_fp16(float x) {
+  const u32 bits = __float_as_uint(x);
+  const u16 sign = (u16)((bits >> 16) & 0x8000u);
+  const u32 a = bits & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return 0x7E00;
+  if (a >= 0x477FF000u) return sign | 0x7C00;  // 65520 and up round to inf
+  if (a < 0x38800000u) return sign | (u16)rintf(__uint_as_float(a) * 16777216.0f);  // below 2^-14: subnormal (x 2^24, exact)
+  // Drop 13 mantissa bits with round to nearest even; a carry moves into the exponent, as it should.
+  const u32 rounded = (a + 0xFFFu + ((a >> 13) & 1u)) >> 13;
+  return sign | (u16)(rounded - (112u << 10));
 }
 
 // bf16 with round to nearest even; NaN stays a quiet NaN (as reference float_to_bf16).

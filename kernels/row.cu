@@ -7,10 +7,13 @@
 //
 // Producers (TEC_PRODUCER): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
 // 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias, 8 scale (TEC_SCALE), 9 dequantize
-// (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4).
+// (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
+// ops: 10 unary math (TEC_UNARY), 11 binary with numpy broadcasting (TEC_BINARY; the output's
+// dims TEC_BCAST_DIMS and each operand's element strides into them, 0 where it broadcasts),
+// 12 the mean of an input row of TEC_IN_N elements (an output row of one element).
 // Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
-// Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 2 fp32.
-// Outputs (TEC_OUT): 0 bf16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
+// Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 1 fp16, 2 fp32.
+// Outputs (TEC_OUT): 0 bf16, 1 fp16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
 // 12 FP8 1x128 blocks, 13 MXFP8, 14 NVFP4. TEC_PASS: 0 the only pass, 1 the amax pass and
 // 2 the cast pass of the quantizers that need the whole tensor's amax first.
 //
@@ -37,6 +40,7 @@ struct TecArgs {
 template <int kDtype>
 __device__ __forceinline__ float tec_load(const void* base, i64 index) {
   if (kDtype == 2) return ((const float*)base)[index];
+  if (kDtype == 1) return tec_fp16_to_float(((const u16*)base)[index]);
   return tec_bf16_to_float(((const u16*)base)[index]);
 }
 
@@ -129,6 +133,21 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) + tec_load<TEC_PARAM_DTYPE>(in1, i);
 #elif TEC_PRODUCER == 8
   return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) * TEC_SCALE;
+#elif TEC_PRODUCER == 10
+  return tec_apply_unary(TEC_UNARY, tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
+#elif TEC_PRODUCER == 11
+  const i64 dims[] = {TEC_BCAST_DIMS}, a_strides[] = {TEC_A_STRIDES}, b_strides[] = {TEC_B_STRIDES};
+  i64 e = row.r * TEC_N + i, a = 0, b = 0;
+#pragma unroll
+  for (int d = (int)(sizeof(dims) / sizeof(dims[0])) - 1; d >= 0; --d) {
+    const i64 c = e % dims[d];
+    e /= dims[d];
+    a += c * a_strides[d];
+    b += c * b_strides[d];
+  }
+  return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, a), tec_load<TEC_PARAM_DTYPE>(in1, b));
+#elif TEC_PRODUCER == 12
+  return row.mean;
 #elif TEC_PRODUCER == 9
   const u8* data = (const u8*)in0;
   const i64 r = row.r, c = i;
@@ -235,10 +254,22 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   }
 #endif
 
-#if TEC_OUT == 0 || TEC_OUT == 2
+#if TEC_PRODUCER == 12
+  {
+    // The row's sum in tec_row_sum_order (kernels/tec_math.h), as the CPU reference adds it.
+    const void* in0 = (const void*)args.slot[0];
+    float local = 0.0f;
+    for (i64 i = t; i < TEC_IN_N; i += TEC_ROW_THREADS) local += tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_IN_N + i);
+    row.mean = tec_block_sum(local, scratch) / (float)TEC_IN_N;
+  }
+#endif
+
+#if TEC_OUT == 0 || TEC_OUT == 1 || TEC_OUT == 2
   tec_for_row(args, row, [&](i64 i, float v) {
 #if TEC_OUT == 0
     ((u16*)args.slot[3])[row.r * TEC_N + i] = tec_float_to_bf16(v);
+#elif TEC_OUT == 1
+    ((u16*)args.slot[3])[row.r * TEC_N + i] = tec_float_to_fp16(v);
 #else
     ((float*)args.slot[3])[row.r * TEC_N + i] = v;
 #endif

@@ -98,6 +98,116 @@ TEC_HD float tec_erf(float x) {
   return x >= 0.0f ? 1.0f - erfc : erfc - 1.0f;
 }
 
+TEC_HD float tec_sqrt(float x) {
+#if defined(__CUDACC__)
+  return sqrtf(x);  // correctly rounded: NVRTC's default --prec-sqrt=true
+#else
+  return std::sqrt(x);
+#endif
+}
+
+// ln x: Cephes' logf (frexp to [sqrt(1/2), sqrt(2)), a degree-8 polynomial, ln 2 in two parts).
+TEC_HD float tec_log(float x) {
+  if (x != x) return x;
+  if (x < 0.0f) return tec_uint_as_float(0x7FC00000u);
+  if (x == 0.0f) return tec_uint_as_float(0xFF800000u);
+  if (x == tec_uint_as_float(0x7F800000u)) return x;
+  int e = 0;
+  if (x < tec_uint_as_float(0x00800000u)) {  // subnormal: scale by 2^23 first, exactly
+    x = x * 8388608.0f;
+    e = -23;
+  }
+  unsigned bits;
+#if defined(__CUDACC__)
+  bits = __float_as_uint(x);
+#else
+  std::memcpy(&bits, &x, 4);
+#endif
+  e += (int)(bits >> 23) - 126;
+  float m = tec_uint_as_float((bits & 0x007FFFFFu) | 0x3F000000u);  // x = m 2^e, m in [0.5, 1)
+  if (m < 0.707106781f) {
+    e -= 1;
+    m = m + m - 1.0f;
+  } else {
+    m = m - 1.0f;
+  }
+  const float z = m * m;
+  float y = 7.0376836292e-2f;
+  y = y * m - 1.1514610310e-1f;
+  y = y * m + 1.1676998740e-1f;
+  y = y * m - 1.2420140846e-1f;
+  y = y * m + 1.4249322787e-1f;
+  y = y * m - 1.6668057665e-1f;
+  y = y * m + 2.0000714765e-1f;
+  y = y * m - 2.4999993993e-1f;
+  y = y * m + 3.3333331174e-1f;
+  y = y * m * z;
+  const float fe = (float)e;
+  y = y + -2.12194440e-4f * fe;
+  y = y + -0.5f * z;
+  float r = m + y;
+  r = r + 0.693359375f * fe;
+  return r;
+}
+
+// a^b as ONNX Pow: exact for b = 1 and 2 (x * x, the norms' square), else e^(b ln|a|) with the
+// sign of an odd integer power; a negative base with a non-integer exponent is NaN.
+TEC_HD float tec_pow(float a, float b) {
+  const float inf = tec_uint_as_float(0x7F800000u);
+  if (b == 0.0f || a == 1.0f) return 1.0f;
+  if (a != a || b != b) return tec_uint_as_float(0x7FC00000u);
+  if (b == 1.0f) return a;
+  if (b == 2.0f) return a * a;
+  const bool integer = tec_fabs(b) < 16777216.0f ? tec_rint(b) == b : true;
+  const bool odd = integer && tec_fabs(b) < 16777216.0f && tec_fabs(b - 2.0f * tec_rint(0.5f * b)) == 1.0f;
+  if (a < 0.0f && !integer) return tec_uint_as_float(0x7FC00000u);
+  float r;
+  if (a == 0.0f) r = b > 0.0f ? 0.0f : inf;
+  else r = tec_exp(b * tec_log(tec_fabs(a)));
+  unsigned a_bits;  // the sign of a, -0 included
+#if defined(__CUDACC__)
+  a_bits = __float_as_uint(a);
+#else
+  std::memcpy(&a_bits, &a, 4);
+#endif
+  return (a_bits >> 31) && odd ? -r : r;
+}
+
+// The general elementwise ops (`unary`, `binary`: src/ops/tensor_math.cpp), by code, for the CPU
+// reference and the row kernel alike.
+#define TEC_UNARY_SIGMOID 0
+#define TEC_UNARY_TANH 1
+#define TEC_UNARY_ERF 2
+#define TEC_UNARY_SQRT 3
+#define TEC_UNARY_RECIPROCAL 4
+#define TEC_UNARY_NEG 5
+#define TEC_BINARY_ADD 0
+#define TEC_BINARY_SUB 1
+#define TEC_BINARY_MUL 2
+#define TEC_BINARY_DIV 3
+#define TEC_BINARY_POW 4
+
+TEC_HD float tec_apply_unary(int fn, float x) {
+  switch (fn) {
+    case TEC_UNARY_SIGMOID: return 1.0f / (1.0f + tec_exp(-x));
+    case TEC_UNARY_TANH: return tec_tanh(x);
+    case TEC_UNARY_ERF: return tec_erf(x);
+    case TEC_UNARY_SQRT: return tec_sqrt(x);
+    case TEC_UNARY_RECIPROCAL: return 1.0f / x;
+    default: return -x;
+  }
+}
+
+TEC_HD float tec_apply_binary(int fn, float a, float b) {
+  switch (fn) {
+    case TEC_BINARY_ADD: return a + b;
+    case TEC_BINARY_SUB: return a - b;
+    case TEC_BINARY_MUL: return a * b;
+    case TEC_BINARY_DIV: return a / b;
+    default: return tec_pow(a, b);
+  }
+}
+
 // The activations, as TE defines them.
 TEC_HD float tec_gelu_tanh(float x) {
   const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)

@@ -7,6 +7,7 @@
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
 #include "mid_m_layout.h"
+#include "ops/common.h"
 #include "passes/memory_plan.h"
 
 namespace tec::codegen {
@@ -44,10 +45,12 @@ std::string float_literal(double v) {
   return text;
 }
 
+// kernels/row.cu's dtype codes (TEC_IN_DTYPE, TEC_PARAM_DTYPE, TEC_OUT).
 int dtype_code(DType d, const std::string& what) {
   if (d == DType::bf16) return 0;
+  if (d == DType::fp16) return 1;
   if (d == DType::fp32) return 2;
-  throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16 or fp32"};
+  throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16, fp16 or fp32"};
 }
 
 std::string data(const Value& v) { return value_buffer_name(v.name, BufferRole::data); }
@@ -74,6 +77,7 @@ class StepLowering {
     std::vector<std::string> defines;
     std::array<LaunchArg, 3> inputs;
     bool per_element = true;  // false for norms: an element needs its row's statistics
+    int64_t rows = 0, cols = 0;  // the output's [rows, cols] view when not the value's own (reductions)
   };
 
   const Node& node(size_t i) const { return g_.node(step_.nodes.at(i)); }
@@ -108,7 +112,7 @@ class StepLowering {
   // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
   // only the cast pass runs.
   void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr) {
-    const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
+    const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows(), cols = producer.cols ? producer.cols : v.proto.shape.cols();
     if (v.proto.usage.columnwise)
       throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
     std::vector<std::string> defines = producer.defines;
@@ -296,7 +300,21 @@ class StepLowering {
     } else if (op == "scale") {
       p.defines = {"TEC_PRODUCER=8", in_dtype(), "TEC_SCALE=" + float_literal(first.attrs.get_float("scale", 1.0))};
       p.inputs = {buf(data(x)), {}, {}};
-    } else if (op == "identity" || op == "reshape" || op == "quantize") {
+    } else if (op == "unary") {
+      p.defines = {"TEC_PRODUCER=10", in_dtype(), "TEC_UNARY=" + std::to_string(unary_function_code(first.attrs.get_string("fn", "")))};
+      p.inputs = {buf(data(x)), {}, {}};
+    } else if (op == "binary") {
+      p = binary_producer(first);
+    } else if (op == "reduce_mean") {
+      if (!reduced_last_axis(first.attrs, x.proto.shape.rank()))
+        throw NotLowered{"reduce_mean '" + first.name + "' reduces axes other than the last alone; the GPU row kernel reduces the last dim"};
+      if (out.proto.quantizer) throw NotLowered{"reduce_mean '" + first.name + "' has a quantized output"};
+      p.defines = {"TEC_PRODUCER=12", in_dtype(), "TEC_IN_N=" + std::to_string(x.proto.shape.cols()) + "LL"};
+      p.inputs = {buf(data(x)), {}, {}};
+      p.per_element = false;
+      p.rows = out.proto.shape.numel();
+      p.cols = 1;
+    } else if (op == "identity" || op == "reshape" || op == "quantize" || op == "cast") {
       if (x.proto.quantizer) throw NotLowered{"'" + first.name + "' copies a quantized tensor"};
       p = load(data(x), x.proto.dtype, "input '" + x.name + "'");
     } else if (op == "dequantize") {
@@ -305,6 +323,36 @@ class StepLowering {
       throw NotLowered{"op '" + op + "' (node '" + first.name + "') has no GPU kernel yet"};
     }
     emit_row(p, out);
+  }
+
+  // binary's operands broadcast to the output as numpy does: each gets element strides over the
+  // output's dims (right-aligned, 0 where the operand's dim is 1 or missing).
+  Producer binary_producer(const Node& n) const {
+    const Shape& out = output(n).proto.shape;
+    std::vector<int64_t> dims = out.dims;
+    if (dims.empty()) dims = {1};
+    auto strides = [&](const Shape& operand) {
+      const std::vector<int64_t> own = operand.contiguous_strides();
+      std::string text;
+      for (size_t d = 0; d < dims.size(); ++d) {
+        const size_t skipped = dims.size() - operand.rank();  // operand dims align to the right
+        const bool present = d >= skipped && operand.dims[d - skipped] != 1;
+        text += (d ? "," : "") + std::to_string(present ? own[d - skipped] : 0) + "LL";
+      }
+      return text;
+    };
+    std::string dims_text;
+    for (size_t d = 0; d < dims.size(); ++d) dims_text += (d ? "," : "") + std::to_string(dims[d]) + "LL";
+    const Value &a = input(n, 0), &b = input(n, 1);
+    Producer p;
+    p.defines = {"TEC_PRODUCER=11", "TEC_IN_DTYPE=" + std::to_string(dtype_code(a.proto.dtype, "input '" + a.name + "'")),
+                 "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(b.proto.dtype, "input '" + b.name + "'")),
+                 "TEC_BINARY=" + std::to_string(binary_function_code(n.attrs.get_string("fn", ""))), "TEC_BCAST_DIMS=" + dims_text,
+                 "TEC_A_STRIDES=" + strides(a.proto.shape), "TEC_B_STRIDES=" + strides(b.proto.shape)};
+    for (const Value* operand : {&a, &b})
+      if (operand->proto.quantizer) throw NotLowered{"binary '" + n.name + "' reads quantized '" + operand->name + "'"};
+    p.inputs = {buf(data(a)), buf(data(b)), {}};
+    return p;
   }
 
   void lower_gemm() {
@@ -372,12 +420,24 @@ class StepLowering {
     // launch reads it; the first (scratch) lowering, run before that is known, assumes it has.
     const bool mid_candidate = !small && w.kind == ValueKind::weight && mid_gemm_fits(gemm, x, w, residual_type, out);
     const bool mid = mid_candidate && (!layouts_ || layout_of(gemm.a.buffer) == "mid_m_tiles");
-    // Measured on the H100 (cuBLASLt 13.1): no algorithm takes an fp32 bias with FP8
-    // operands and a bf16/FP8 D. fp32 models (an ONNX export left in fp32) run their FP8
-    // GEMMs on the CPU reference; exported in bf16 they run here.
-    if (!small && !mid && is_float8(gemm.a.type) && has_bias && gemm.bias_type == DType::fp32)
-      throw NotLowered{"linear '" + linear.name + "' has an fp32 bias, which cuBLASLt's FP8 GEMMs do not take "
-                       "(export the model in bf16 for the FP8 GPU path)"};
+    // A GEMM output that a row kernel quantizes afterwards is staged in 16 bits: in fp16 when
+    // cuBLASLt's FP8 GEMM adds an fp16 bias (it takes an fp16 bias only with an fp16 D), else bf16.
+    const bool cublaslt_fp8 = !small && !mid && is_float8(gemm.a.type);
+    const DType staging_type = cublaslt_fp8 && has_bias && gemm.bias_type == DType::fp16 ? DType::fp16 : DType::bf16;
+    if (cublaslt_fp8 && has_bias) {
+      // Measured on the H100 (cuBLASLt 13.1): FP8 GEMMs take a bf16 bias with a bf16, fp32 or FP8
+      // D, an fp16 bias with an fp16 D, and no fp32 bias at all. apply_recipe stores an fp32
+      // model's bias in bf16 under the FP8 recipes for that reason.
+      const DType d16 = out.proto.quantizer ? staging_type : out.proto.dtype;
+      const DType wanted = d16 == DType::fp16 ? DType::fp16 : DType::bf16;
+      if (gemm.bias_type != wanted)
+        throw NotLowered{"linear '" + linear.name + "' has a " + std::string(tec::to_string(gemm.bias_type)) + " bias and a " +
+                         std::string(tec::to_string(d16)) + " output; cuBLASLt's FP8 GEMMs take a " +
+                         std::string(tec::to_string(wanted)) + " bias there"};
+      if (gemm.bias_type == DType::bf16 && input(linear, 2).proto.dtype != out.proto.dtype)
+        step_.fusions.push_back("gpu: bias '" + input(linear, 2).name + "' is kept in bf16 for cuBLASLt's FP8 GEMM (the model's is " +
+                                std::string(tec::to_string(out.proto.dtype)) + "; apply_recipe rounded it once, at compile time)");
+    }
     if (small) {
       step_.fusions.push_back("gpu: " + std::to_string(gemm.m) + " rows (at most " + std::to_string(kSmallGemmMaxRows) +
                               "): tec's small-M FP8 GEMM kernel, with the epilogue, instead of cuBLASLt");
@@ -417,8 +477,8 @@ class StepLowering {
       finish();
       return;
     }
-    gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, DType::bf16));
-    gemm.d_type = DType::bf16;
+    gemm.d = add_workspace("staging", TensorProto::dense(out.proto.shape, staging_type));
+    gemm.d_type = staging_type;
     if ((small || mid) && q.kind == QuantizerKind::fp8_current && !out.proto.usage.columnwise) {
       const int64_t blocks = small ? small_gemm_blocks(gemm) : mid_gemm_blocks(gemm);
       const AmaxPartials partials{add_workspace(out.name + ".amax_partials", TensorProto::dense(Shape{blocks}, DType::fp32)), blocks};
@@ -426,7 +486,7 @@ class StepLowering {
       step_.fusions.push_back("gpu: fp8_current output of '" + out.name +
                               "' staged in bf16 with its amax from the GEMM, then cast by a row kernel");
       finish();
-      emit_row(load(gemm.d, DType::bf16, "staging"), out, &partials);
+      emit_row(load(gemm.d, staging_type, "staging"), out, &partials);
       return;
     }
     const bool whole_tensor_amax = q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::nvfp4;
@@ -436,7 +496,7 @@ class StepLowering {
                                                : "cuBLASLt does not write this format") +
                             ")");
     finish();
-    emit_row(load(gemm.d, DType::bf16, "staging"), out);
+    emit_row(load(gemm.d, staging_type, "staging"), out);
   }
 
   static bool fp8_per_tensor(const Value& v) {

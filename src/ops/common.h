@@ -42,6 +42,13 @@ Shape broadcast_shape_checked(const Shape& a, const Shape& b, const ErrorContext
 // is broadcast to `out`.
 std::vector<size_t> broadcast_index(const Shape& in, const Shape& out);
 
+// The general ops' function codes in kernels/tec_math.h (TEC_BINARY_*, TEC_UNARY_*) from their
+// `fn` attribute, for the lowering.
+int binary_function_code(const std::string& fn);
+int unary_function_code(const std::string& fn);
+// The axis a reduce_mean reduces when that is the last one alone (as the GPU does); else nullopt.
+std::optional<size_t> reduced_last_axis(const Attributes& attrs, size_t rank);
+
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank);
 void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what);
 void require_high_precision(const InferContext& ctx, int slot);

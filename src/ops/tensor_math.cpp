@@ -1,8 +1,10 @@
 // General tensor math: numpy-broadcast binary ops, unary math, matmul, reduce_mean,
 // transpose and cast. The ONNX frontend maps a standalone ONNX op here when it is not part of
-// a pattern that becomes one of the TE ops (linear, gelu, layernorm, ...). These run on the
-// CPU reference executor; the GPU lowering reports them as having no kernel, so a plan that
-// needs them says "no GPU code" and why.
+// a pattern that becomes one of the TE ops (linear, gelu, layernorm, ...), so that a model
+// with an unusual spelling still runs. binary, unary, cast and reduce_mean over the last dim
+// are row kernels on the GPU (src/codegen/lower.cpp), computing the bits of the references
+// here through kernels/tec_math.h; matmul, transpose and other reductions run on the CPU
+// reference only, and a plan that needs them says so, naming the node.
 #include <algorithm>
 #include <cmath>
 
@@ -32,36 +34,45 @@ InferResult infer_binary(const InferContext& ctx) {
   return InferResult{{TensorProto::dense(out, dtype)}, {}, {}};
 }
 
-float apply_binary(const std::string& fn, float a, float b) {
-  if (fn == "add") return a + b;
-  if (fn == "sub") return a - b;
-  if (fn == "mul") return a * b;
-  if (fn == "div") return a / b;
-  return std::pow(a, b);
+}  // namespace
+
+int binary_function_code(const std::string& fn) {
+  const auto it = std::find(kBinaryFunctions.begin(), kBinaryFunctions.end(), fn);
+  TEC_INTERNAL_CHECK(it != kBinaryFunctions.end(), {}) << "unknown binary function '" << fn << "'";
+  return static_cast<int>(it - kBinaryFunctions.begin());  // the order of TEC_BINARY_* in tec_math.h
 }
 
+int unary_function_code(const std::string& fn) {
+  const auto it = std::find(kUnaryFunctions.begin(), kUnaryFunctions.end(), fn);
+  TEC_INTERNAL_CHECK(it != kUnaryFunctions.end(), {}) << "unknown unary function '" << fn << "'";
+  return static_cast<int>(it - kUnaryFunctions.begin());  // the order of TEC_UNARY_* in tec_math.h
+}
+
+std::optional<size_t> reduced_last_axis(const Attributes& attrs, size_t rank) {
+  std::vector<int64_t> axes = attrs.get_ints("axes");
+  if (axes.empty() && rank == 1) axes = {0};
+  if (axes.size() != 1 || rank == 0) return std::nullopt;
+  const int64_t r = static_cast<int64_t>(rank);
+  return axes[0] == r - 1 || axes[0] == -1 ? std::optional<size_t>(rank - 1) : std::nullopt;
+}
+
+namespace {
+
+static_assert(TEC_BINARY_POW == 4 && TEC_UNARY_NEG == 5, "kBinaryFunctions / kUnaryFunctions follow tec_math.h's codes");
+
 std::vector<HostTensor> reference_binary(const Attributes& attrs, const std::vector<HostTensor>& in) {
-  const std::string fn = attrs.get_string("fn", "add");
+  const int fn = binary_function_code(attrs.get_string("fn", "add"));
   const Shape out_shape = broadcast_shape_checked(in[0].shape, in[1].shape, {});
   const auto ia = broadcast_index(in[0].shape, out_shape), ib = broadcast_index(in[1].shape, out_shape);
   HostTensor out{out_shape, std::vector<float>(ia.size())};
-  for (size_t e = 0; e < ia.size(); ++e) out.values[e] = apply_binary(fn, in[0].values[ia[e]], in[1].values[ib[e]]);
+  for (size_t e = 0; e < ia.size(); ++e) out.values[e] = tec_apply_binary(fn, in[0].values[ia[e]], in[1].values[ib[e]]);
   return {std::move(out)};
 }
 
-float apply_unary(const std::string& fn, float x) {
-  if (fn == "sigmoid") return 1.0f / (1.0f + tec_exp(-x));
-  if (fn == "tanh") return tec_tanh(x);
-  if (fn == "erf") return tec_erf(x);
-  if (fn == "sqrt") return std::sqrt(x);
-  if (fn == "reciprocal") return 1.0f / x;
-  return -x;
-}
-
 std::vector<HostTensor> reference_unary(const Attributes& attrs, const std::vector<HostTensor>& in) {
-  const std::string fn = attrs.get_string("fn", "sigmoid");
+  const int fn = unary_function_code(attrs.get_string("fn", "sigmoid"));
   HostTensor out = in[0];
-  for (float& v : out.values) v = apply_unary(fn, v);
+  for (float& v : out.values) v = tec_apply_unary(fn, v);
   return {std::move(out)};
 }
 
@@ -181,13 +192,24 @@ InferResult infer_reduce_mean(const InferContext& ctx) {
 std::vector<HostTensor> reference_reduce_mean(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const HostTensor& x = in[0];
   const auto axes = normalized_axes(attrs.get_ints("axes"), x.shape.rank(), {}, "reduce_mean");
+  const Shape out_shape = reduced_shape(x.shape, axes, attrs.get_bool("keepdims", true));
+  if (reduced_last_axis(attrs, x.shape.rank())) {
+    // Over the last dim: each row summed in the order of the GPU's block reduction (the row
+    // kernel computes these bits), then divided in fp32.
+    const int64_t n = x.shape.cols(), rows = x.shape.rows();
+    HostTensor out{out_shape, std::vector<float>(static_cast<size_t>(rows))};
+    for (int64_t r = 0; r < rows; ++r)
+      out.values[static_cast<size_t>(r)] =
+          tec_row_sum_order(n, [&](long long i) { return x.values[static_cast<size_t>(r * n + i)]; }) / static_cast<float>(n);
+    return {std::move(out)};
+  }
   // The kept shape with every reduced dim as 1, so that broadcast_index maps input to output.
   const Shape kept = reduced_shape(x.shape, axes, true);
   const auto index = broadcast_index(kept, x.shape);
   std::vector<double> sums(static_cast<size_t>(kept.numel()), 0.0);
   for (size_t e = 0; e < index.size(); ++e) sums[index[e]] += x.values[e];
   const double count = static_cast<double>(x.shape.numel()) / static_cast<double>(kept.numel());
-  HostTensor out{reduced_shape(x.shape, axes, attrs.get_bool("keepdims", true)), {}};
+  HostTensor out{out_shape, {}};
   for (double s : sums) out.values.push_back(static_cast<float>(s / count));
   return {std::move(out)};
 }
@@ -246,7 +268,7 @@ InferResult infer_cast(const InferContext& ctx) {
 void register_tensor_math_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "binary",
-      .summary = "a (fn) b elementwise with numpy broadcasting: add, sub, mul, div, pow (CPU reference only)",
+      .summary = "a (fn) b elementwise with numpy broadcasting: add, sub, mul, div, pow",
       .min_inputs = 2,
       .max_inputs = 2,
       .attrs = {{"fn", AttrType::string_, std::nullopt, kBinaryFunctions, "the function"}},
@@ -255,7 +277,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "unary",
-      .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg (CPU reference only)",
+      .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg",
       .attrs = {{"fn", AttrType::string_, std::nullopt, kUnaryFunctions, "the function"}},
       .infer = infer_dense_same,
       .reference = reference_unary,
@@ -271,7 +293,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "reduce_mean",
-      .summary = "mean over axes (all when empty) (CPU reference only)",
+      .summary = "mean over axes (all when empty); on the GPU over the last dim only",
       .attrs = {{"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "axes to reduce; empty: all"},
                 {"keepdims", AttrType::bool_, AttrValue{true}, {}, "keep reduced dims as 1"}},
       .infer = infer_reduce_mean,
@@ -286,7 +308,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "cast",
-      .summary = "convert between fp32, fp16 and bf16 (round to nearest even) (CPU reference only)",
+      .summary = "convert between fp32, fp16 and bf16 (round to nearest even)",
       .attrs = {{"dtype", AttrType::string_, std::nullopt, {"fp32", "fp16", "bf16"}, "output dtype"}},
       .infer = infer_cast,
       .reference = identity_reference,

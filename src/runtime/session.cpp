@@ -441,7 +441,9 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
       set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     }
     // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T[n, m] = w^T . x: A = w, B = x.
-    const cudaDataType_t c_type = is_fp8(g.d_type) ? CUDA_R_16BF : cuda_type(g.d_type);
+    // An FP8 D still has a C type, which decides the bias type: fp16 with an fp16 bias, else bf16.
+    const cudaDataType_t c_type =
+        is_fp8(g.d_type) ? (g.bias >= 0 && g.bias_type == DType::fp16 ? CUDA_R_16F : CUDA_R_16BF) : cuda_type(g.d_type);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.k), where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.k), where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
