@@ -73,8 +73,6 @@ const OnnxOpClaim* find_claim(const std::string& op) {
   return nullptr;
 }
 
-bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::max(1.0, std::fabs(b)); }
-
 // A collected problem: one line of the final error.
 struct Problem {
   int index;  // node position in the file, -1 for the graph
@@ -83,6 +81,19 @@ struct Problem {
 
 // A pattern found in the ONNX graph: several nodes that become one TE op, emitted when the
 // walk reaches `root` (the last of them in data-flow order).
+// x W (+ b) as an exporter writes a Linear: MatMul by a constant 2-D weight [K, N] with an
+// optional Add of a constant [N], or Gemm (transA = 0) with a constant B ([K, N], or [N, K]
+// with transB) and an optional constant C, alpha and beta.
+struct Projection {
+  std::string x;       // the run-time input
+  std::string weight;  // the constant B
+  bool trans_b = false;
+  double alpha = 1.0;
+  std::string bias;    // the constant [N] (or a scalar C); "" for none
+  double beta = 1.0;
+  std::vector<int> members;
+};
+
 struct Group {
   enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq } kind;
   std::vector<int> members;
@@ -90,7 +101,7 @@ struct Group {
   std::string x;                // the pattern's run-time input
   std::string approximate;      // gelu: "tanh" or "none"
   std::string weight, bias;     // constants: linear weight/bias, norm gamma/beta (may be empty)
-  std::string weight2;          // gated: the up projection's weight
+  Projection gate, up;          // gated: the two projections
   std::string act;              // gated: "swiglu" or "geglu"
   double eps = 0;
   RecipeKind qdq_recipe = RecipeKind::bf16;
@@ -99,13 +110,14 @@ struct Group {
 
 class Importer {
  public:
-  Importer(const onnx::Model& m, const FrontendOptions& o) : m_(m), opt_(o) {}
+  Importer(const onnx::Model& m, const FrontendOptions& o) : m_(m), opt_(o), nodes_(m.nodes) {}
 
   OnnxImport run() {
     index_values();
     order_nodes();
     check_claims();
     if (malformed_) throw_problems();
+    skip_noop_casts();
     find_constants();
     fold_known_constants();
     find_patterns();
@@ -114,7 +126,7 @@ class Importer {
     OnnxImport result;
     for (const auto& profile : profiles()) result.graphs.push_back(build(profile));
     throw_problems();
-    for (const onnx::Node& n : m_.nodes) result.nodes.push_back({n.name, n.op_type, became_[static_cast<size_t>(n.index)]});
+    for (const onnx::Node& n : nodes_) result.nodes.push_back({n.name, n.op_type, became_[static_cast<size_t>(n.index)]});
     return result;
   }
 
@@ -125,7 +137,7 @@ class Importer {
   ErrorContext node_ctx(const onnx::Node& n) const {
     return ErrorContext{"onnx", n.name, n.op_type, m_.file + " node " + std::to_string(n.index)};
   }
-  const onnx::Node& node(int i) const { return m_.nodes[static_cast<size_t>(i)]; }
+  const onnx::Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
 
   void index_values() {
     std::set<std::string> defined;
@@ -133,14 +145,14 @@ class Importer {
       TEC_USER_CHECK(defined.insert(in.name).second, file_ctx()) << "graph input '" << in.name << "' is listed twice";
     }
     for (const auto& [name, t] : m_.initializers) defined.insert(name);
-    for (const onnx::Node& n : m_.nodes)
+    for (const onnx::Node& n : nodes_)
       for (const auto& out : n.outputs) {
         if (out.empty()) continue;
         TEC_USER_CHECK(defined.insert(out).second, node_ctx(n))
             << "value '" << out << "' is produced twice (ONNX graphs are single-assignment)";
         producer_[out] = n.index;
       }
-    for (const onnx::Node& n : m_.nodes)
+    for (const onnx::Node& n : nodes_)
       for (const auto& in : n.inputs) {
         if (in.empty()) continue;
         TEC_USER_CHECK(defined.count(in), node_ctx(n))
@@ -155,9 +167,9 @@ class Importer {
 
   // Kahn's algorithm in file order; what is left over lies on a cycle, reported as a path.
   void order_nodes() {
-    const size_t n = m_.nodes.size();
+    const size_t n = nodes_.size();
     std::vector<int> pending(n, 0);
-    for (const onnx::Node& nd : m_.nodes)
+    for (const onnx::Node& nd : nodes_)
       for (const auto& in : nd.inputs)
         if (!in.empty() && producer_.count(in)) ++pending[static_cast<size_t>(nd.index)];
     std::vector<int> ready;
@@ -199,6 +211,57 @@ class Importer {
     TEC_USER_ERROR(node_ctx(node(at))) << "the graph has a cycle: " << cycle;
   }
 
+  // The element type of every value the structure tells it for (-1 elsewhere), in topological
+  // order, for the Casts below.
+  std::map<std::string, int32_t> elem_types() const {
+    static const std::set<std::string> same = {"Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Neg", "Pow",
+                                               "ReduceMean", "LayerNormalization", "RMSNormalization", "Transpose",
+                                               "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "MatMul", "Gemm",
+                                               "Add", "Sub", "Mul", "Div", "Gather", "Concat"};
+    std::map<std::string, int32_t> type;
+    for (const auto& in : m_.inputs) type[in.name] = in.elem_type;
+    for (const auto& [name, t] : m_.initializers) type[name] = t.elem_type;
+    auto of = [&](const std::string& v) { return type.count(v) ? type.at(v) : -1; };
+    for (int i : order_) {
+      const onnx::Node& n = node(i);
+      if (!n.domain.empty() || n.outputs.empty()) continue;
+      int32_t t = -1;
+      if (n.op_type == "Cast") t = static_cast<int32_t>(attr_int(n, "to", -1));
+      else if (n.op_type == "Shape") t = onnx::kInt64;
+      else if (n.op_type == "Constant" && n.attrs.count("value") && n.attrs.at("value").t) t = n.attrs.at("value").t->elem_type;
+      else if (n.op_type == "DequantizeLinear" && n.inputs.size() > 1) t = of(n.inputs[1]);
+      else if (same.count(n.op_type) && !n.inputs.empty()) t = of(n.inputs[0]) >= 0 || n.inputs.size() < 2 ? of(n.inputs[0]) : of(n.inputs[1]);
+      if (t >= 0) type[n.outputs[0]] = t;
+    }
+    return type;
+  }
+
+  // A Cast to the type its input already has changes nothing: exporters write them around
+  // Hugging Face's RMSNorm (`.to(float32)`, `.to(input_dtype)`) in fp32 models. Its readers
+  // read the input instead, so that the patterns see through it; one that is a graph output
+  // stays.
+  void skip_noop_casts() {
+    noop_cast_.assign(nodes_.size(), false);
+    types_ = elem_types();
+    const auto& type = types_;
+    std::map<std::string, std::string> alias;
+    for (int i : order_) {
+      onnx::Node& n = nodes_[static_cast<size_t>(i)];
+      for (auto& in : n.inputs)
+        if (alias.count(in)) in = alias.at(in);
+      if (n.op_type != "Cast" || !n.domain.empty() || outputs_.count(n.outputs[0])) continue;
+      const auto it = type.find(n.inputs[0]);
+      if (it == type.end() || it->second != attr_int(n, "to", -1)) continue;
+      noop_cast_[static_cast<size_t>(i)] = true;
+      alias[n.outputs[0]] = n.inputs[0];
+    }
+    if (alias.empty()) return;
+    consumers_.clear();  // the skipped Casts read nothing now: their readers read past them
+    for (const onnx::Node& n : nodes_)
+      for (const auto& in : n.inputs)
+        if (!in.empty() && !noop_cast_[static_cast<size_t>(n.index)]) consumers_[in].push_back(n.index);
+  }
+
   void problem(const onnx::Node& n, std::string why) {
     problems_.push_back({n.index, n.name, n.op_type, n.domain, std::move(why)});
   }
@@ -223,7 +286,7 @@ class Importer {
   }
 
   void check_claims() {
-    for (const onnx::Node& n : m_.nodes) {
+    for (const onnx::Node& n : nodes_) {
       if (!n.domain.empty()) {
         problem(n, "domain '" + n.domain + "' is not supported (tec reads the default ONNX domain)");
         continue;
@@ -262,7 +325,7 @@ class Importer {
   // are all constant (Shape needs only its input's shape, fixed per profile).
   void find_constants() {
     for (const auto& [name, t] : m_.initializers) constant_values_.insert(name);
-    constant_node_.assign(m_.nodes.size(), false);
+    constant_node_.assign(nodes_.size(), false);
     for (int i : order_) {
       const onnx::Node& n = node(i);
       if (!n.domain.empty() || !onnx::foldable(n.op_type)) continue;
@@ -276,7 +339,7 @@ class Importer {
       for (const auto& out : n.outputs)
         if (!out.empty()) constant_values_.insert(out);
     }
-    for (const onnx::Node& n : m_.nodes) {
+    for (const onnx::Node& n : nodes_) {
       const OnnxOpClaim* claim = find_claim(n.op_type);
       if (!claim || !n.domain.empty()) continue;
       for (int slot : claim->constant_inputs) {
@@ -303,7 +366,16 @@ class Importer {
       auto outs = with_context(node_ctx(n), [&] { return onnx::fold(n, known_, nullptr); });
       for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) known_[n.outputs[o]] = std::move(outs[o]);
     }
+    for (const auto& [name, t] : known_) {
+      if (t->numel() != 1) continue;
+      if (t->elem_type == onnx::kBfloat16) constant_tolerance_ = std::max(constant_tolerance_, 0x1p-8);
+      if (t->elem_type == onnx::kFloat16) constant_tolerance_ = std::max(constant_tolerance_, 0x1p-10);
+    }
   }
+
+  // A pattern's constant (GELU's sqrt(2/pi), 0.044715, ...) as the model stores it: bf16 and
+  // fp16 models round them to their dtype (0.044715 is 0.044677734375 in bf16).
+  bool near(double a, double b) const { return std::fabs(a - b) <= constant_tolerance_ * std::max(1.0, std::fabs(b)); }
 
   std::optional<double> scalar(const std::string& v) const {
     auto it = known_.find(v);
@@ -515,7 +587,50 @@ class Importer {
     return it != known_.end() && it->second->dims.size() == 2 && it->second->is_float() && !is_constant(node(i).inputs[0]);
   }
 
-  // act(x W_a) * (x W_b) -> one linear with [W_a; W_b], then swiglu / geglu.
+  // `v` as a projection x W (+ b) whose nodes no pattern holds yet; nullopt otherwise.
+  std::optional<Projection> projection_of(const std::string& v) const {
+    const int p = producer_of(v);
+    if (p < 0) return std::nullopt;
+    if (is_weight_matmul(p))
+      return Projection{.x = node(p).inputs[0], .weight = node(p).inputs[1], .members = {p}};
+    if (is_op(p, "Add") && node(p).inputs.size() == 2)
+      for (int order = 0; order < 2; ++order) {
+        const std::string product = node(p).inputs[static_cast<size_t>(order)], b = node(p).inputs[static_cast<size_t>(1 - order)];
+        const int mm = producer_of(product);
+        if (mm < 0 || !internal(product) || !is_weight_matmul(mm) || !known_.count(b)) continue;
+        const Tensor& bt = *known_.at(b);
+        const int64_t n = known_.at(node(mm).inputs[1])->dims[1];
+        if (!bt.is_float() || bt.numel() != n || bt.dims.empty() || bt.dims.back() != n) continue;
+        return Projection{.x = node(mm).inputs[0], .weight = node(mm).inputs[1], .bias = b, .members = {mm, p}};
+      }
+    if (is_op(p, "Gemm") && attr_int(node(p), "transA", 0) == 0 && !is_constant(node(p).inputs[0]) && known_.count(node(p).inputs[1])) {
+      const onnx::Node& g = node(p);
+      const Tensor& b = *known_.at(g.inputs[1]);
+      if (b.dims.size() != 2 || !b.is_float()) return std::nullopt;
+      Projection proj{.x = g.inputs[0], .weight = g.inputs[1], .trans_b = attr_int(g, "transB", 0) != 0,
+                      .alpha = attr_float(g, "alpha", 1.0f), .beta = attr_float(g, "beta", 1.0f), .members = {p}};
+      if (g.inputs.size() > 2 && !g.inputs[2].empty()) {
+        const auto c = known_.find(g.inputs[2]);
+        const int64_t n = proj.trans_b ? b.dims[0] : b.dims[1];
+        if (c == known_.end() || !c->second->is_float() || (c->second->numel() != n && c->second->numel() != 1) ||
+            (c->second->numel() == n && c->second->dims.back() != n))
+          return std::nullopt;
+        proj.bias = g.inputs[2];
+      }
+      return proj;
+    }
+    return std::nullopt;
+  }
+
+  // A projection's [N] x [K] shape, from its constant.
+  std::pair<int64_t, int64_t> projection_shape(const Projection& p) const {
+    const Tensor& w = *known_.at(p.weight);
+    return p.trans_b ? std::make_pair(w.dims[0], w.dims[1]) : std::make_pair(w.dims[1], w.dims[0]);
+  }
+
+  // act(x W_gate (+ b)) * (x W_up (+ b)), the product's operands either way round, each
+  // projection a MatMul (+ Add) or a Gemm, act silu (x * sigmoid(x) either way round) or GELU
+  // tanh -> one linear with the weights (and biases) concatenated, then swiglu / geglu.
   void match_gated(int mul) {
     if (!is_op(mul, "Mul") || node(mul).inputs.size() != 2) return;
     for (int order = 0; order < 2; ++order) {
@@ -528,18 +643,27 @@ class Importer {
       const Group& act = groups_[static_cast<size_t>(gid)];
       const bool silu = act.kind == Group::Kind::silu;
       if (!silu && !(act.kind == Group::Kind::gelu && act.approximate == "tanh")) continue;
-      const int gate = producer_of(act.x), up = producer_of(up_out);
-      if (gate < 0 || up < 0 || !is_weight_matmul(gate) || !is_weight_matmul(up)) continue;
-      if (node(gate).inputs[0] != node(up).inputs[0] || outputs_.count(act.x)) continue;
+      const auto gate = projection_of(act.x), up = projection_of(up_out);
+      if (!gate || !up || gate->x != up->x || outputs_.count(act.x)) continue;
       for (int c : consumers_of(act.x))
         if (std::find(act.members.begin(), act.members.end(), c) == act.members.end()) return;
-      if (known_.at(node(gate).inputs[1])->dims != known_.at(node(up).inputs[1])->dims) continue;
-      Group g{.kind = Group::Kind::gated, .members = act.members, .root = mul, .x = node(gate).inputs[0]};
-      g.members.insert(g.members.end(), {gate, up, mul});
-      g.weight = node(gate).inputs[1];
-      g.weight2 = node(up).inputs[1];
+      if (projection_shape(*gate) != projection_shape(*up)) {
+        const auto [gn, gk] = projection_shape(*gate);
+        const auto [un, uk] = projection_shape(*up);
+        problem(node(mul), "gated MLP: the gate projection ('" + node(gate->members[0]).name + "') maps " + std::to_string(gk) +
+                               " features to " + std::to_string(gn) + ", the up projection ('" + node(up->members[0]).name +
+                               "') " + std::to_string(uk) + " to " + std::to_string(un) +
+                               "; act(gate) * up needs both the same shape");
+        return;
+      }
+      Group g{.kind = Group::Kind::gated, .members = act.members, .root = mul, .x = gate->x};
+      g.members.insert(g.members.end(), gate->members.begin(), gate->members.end());
+      g.members.insert(g.members.end(), up->members.begin(), up->members.end());
+      g.members.push_back(mul);
+      g.gate = *gate;
+      g.up = *up;
       g.act = silu ? "swiglu" : "geglu";
-      g.describe = std::string(silu ? "gated SwiGLU" : "gated GEGLU") + " (two MatMuls + " + (silu ? "silu" : "gelu") +
+      g.describe = std::string(silu ? "gated SwiGLU" : "gated GEGLU") + " (two projections + " + (silu ? "silu" : "gelu") +
                    " * up) -> linear with the weights concatenated, then " + g.act;
       for (int mbr : act.members) group_of_[static_cast<size_t>(mbr)] = -1;
       groups_[static_cast<size_t>(gid)].members.clear();  // absorbed
@@ -609,6 +733,15 @@ class Importer {
     add_group(std::move(g));
   }
 
+  // 1 / s as Reciprocal(s) or Div(1, s), read only by the pattern: the node, or -1.
+  int reciprocal_of(const std::string& s) const {
+    if (const int rec = sole_consumer(s, "Reciprocal"); rec >= 0) return rec;
+    const int div = sole_consumer(s, "Div");
+    if (div < 0 || node(div).inputs[1] != s) return -1;
+    const auto one = scalar(node(div).inputs[0]);
+    return one && *one == 1.0 ? div : -1;
+  }
+
   void match_rmsnorm(int r) {
     if (!reduces_last_dim_keeping(r)) return;
     const std::string sq_out = node(r).inputs[0];
@@ -621,7 +754,7 @@ class Importer {
     if (sqrt < 0) return;
     int last = -1;
     const std::string s = node(sqrt).outputs[0];
-    if (const int rec = sole_consumer(s, "Reciprocal"); rec >= 0) {
+    if (const int rec = reciprocal_of(s); rec >= 0) {
       const int mul = sole_consumer(node(rec).outputs[0], "Mul");
       if (mul < 0 || other_input(mul, node(rec).outputs[0]) != x) return;
       g.members.insert(g.members.end(), {rec, mul});
@@ -632,9 +765,29 @@ class Importer {
     } else {
       return;
     }
+    last = absorb_fp32_round_trip(g, last);
     g.root = affine_tail(last, g, false);
     g.describe = "decomposed RMSNorm (Pow/ReduceMean/Sqrt/Reciprocal) -> rmsnorm";
     add_group(std::move(g));
+  }
+
+  // Hugging Face's RMSNorm in an fp16 / bf16 model computes in fp32 between two Casts:
+  // x32 = Cast(x, FLOAT), the norm of x32, Cast back to x's type. tec's norm computes in fp32
+  // and rounds once, so the Casts join the group and its input becomes x. Returns the node the
+  // group's value now leaves from.
+  int absorb_fp32_round_trip(Group& g, int last) {
+    const int up = producer_of(g.x);
+    if (up < 0 || !is_op(up, "Cast") || attr_int(node(up), "to", 0) != onnx::kFloat || outputs_.count(g.x)) return last;
+    const std::string original = node(up).inputs[0];
+    const auto type = types_.find(original);
+    if (type == types_.end() || (type->second != onnx::kFloat16 && type->second != onnx::kBfloat16)) return last;
+    for (int c : consumers_of(g.x))
+      if (std::find(g.members.begin(), g.members.end(), c) == g.members.end()) return last;
+    const int down = sole_consumer(node(last).outputs[0], "Cast");
+    if (down < 0 || attr_int(node(down), "to", 0) != type->second) return last;
+    g.members.insert(g.members.end(), {up, down});
+    g.x = original;
+    return down;
   }
 
   void match_linear_bias(int mm) {
@@ -688,7 +841,7 @@ class Importer {
 
   void find_patterns() {
     find_ranks();
-    group_of_.assign(m_.nodes.size(), -1);
+    group_of_.assign(nodes_.size(), -1);
     auto each = [&](const char* op, void (Importer::*match)(int)) {
       for (int i : order_)
         if (is_op(i, op)) (this->*match)(i);
@@ -722,7 +875,7 @@ class Importer {
       }
       if (outputs_.count(out)) problem(node(g.root), "Q/DQ output '" + out + "' is a graph output");
     }
-    for (const onnx::Node& n : m_.nodes) {
+    for (const onnx::Node& n : nodes_) {
       if (constant_node_[static_cast<size_t>(n.index)] || group_of_[static_cast<size_t>(n.index)] >= 0) continue;
       if (n.op_type == "QuantizeLinear" || n.op_type == "DequantizeLinear")
         if (!has_problem(n))
@@ -731,7 +884,7 @@ class Importer {
     if (kinds.size() > 1) problem(node(order_.at(0)), "Q/DQ pairs ask for more than one recipe; tec applies one per plan");
     if (kinds.size() == 1) qdq_recipe_ = *kinds.begin();
     if (!qdq_recipe_) return;
-    for (const onnx::Node& n : m_.nodes)
+    for (const onnx::Node& n : nodes_)
       if ((n.op_type == "MatMul" || n.op_type == "Gemm") && !constant_node_[static_cast<size_t>(n.index)] &&
           !qdq_gemms_.count(n.index))
         problem(n, "this GEMM's input has no Q/DQ pair while others have; tec applies one recipe to every GEMM");
@@ -885,6 +1038,24 @@ class Importer {
     return out;
   }
 
+  // A projection's weight as a linear's [N, K] (alpha folded in), and its bias [N] (beta folded
+  // in; zeros without one).
+  std::vector<float> projection_weight(const Env& e, const Projection& p) const {
+    const Tensor& b = *e.consts.at(p.weight);
+    std::vector<float> w = p.trans_b ? b.floats : transposed(b);
+    if (p.alpha != 1.0)
+      for (float& v : w) v *= static_cast<float>(p.alpha);
+    return w;
+  }
+  std::vector<float> projection_bias(const Env& e, const Projection& p) const {
+    const int64_t n = projection_shape(p).first;
+    std::vector<float> out(static_cast<size_t>(n), 0.0f);
+    if (p.bias.empty()) return out;
+    const Tensor& c = *e.consts.at(p.bias);
+    for (int64_t j = 0; j < n; ++j) out[static_cast<size_t>(j)] = static_cast<float>(p.beta) * c.floats[c.numel() == 1 ? 0 : static_cast<size_t>(j)];
+    return out;
+  }
+
   ValueId emit_linear(Env& e, const onnx::Node& src, ValueId x, std::vector<float> weight_nk, int64_t n, int64_t k,
                       const std::vector<float>* bias, const std::string& out) {
     Attributes a;
@@ -931,11 +1102,13 @@ class Importer {
       }
       case Group::Kind::silu: e.runtime[out] = emit(e, root, "silu", {x}, {}, {}, out); break;
       case Group::Kind::gated: {
-        const Tensor &wa = *e.consts.at(grp.weight), &wb = *e.consts.at(grp.weight2);
-        std::vector<float> w = transposed(wa);
-        const std::vector<float> wb_t = transposed(wb);
-        w.insert(w.end(), wb_t.begin(), wb_t.end());
-        const ValueId h = emit_linear(e, root, x, std::move(w), 2 * wa.dims[1], wa.dims[0], nullptr, out + ".gate_up");
+        const auto [n, k] = projection_shape(grp.gate);
+        std::vector<float> w = projection_weight(e, grp.gate), b = projection_bias(e, grp.gate);
+        const std::vector<float> w_up = projection_weight(e, grp.up), b_up = projection_bias(e, grp.up);
+        w.insert(w.end(), w_up.begin(), w_up.end());
+        b.insert(b.end(), b_up.begin(), b_up.end());
+        const bool biased = !grp.gate.bias.empty() || !grp.up.bias.empty();
+        const ValueId h = emit_linear(e, root, x, std::move(w), 2 * n, k, biased ? &b : nullptr, out + ".gate_up");
         e.runtime[out] = emit(e, root, grp.act, {h}, {}, {}, out);
         break;
       }
@@ -1244,7 +1417,7 @@ class Importer {
       if (it == e.runtime.end()) return std::nullopt;
       return e.g.value(it->second).proto.shape;
     };
-    became_.assign(m_.nodes.size(), "");
+    became_.assign(nodes_.size(), "");
     std::set<std::string> failed;  // values a failed node should have made
     for (int i : order_) {
       const onnx::Node& n = node(i);
@@ -1262,6 +1435,10 @@ class Importer {
             for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) e.consts[n.outputs[o]] = std::move(outs[o]);
           }
           became_[static_cast<size_t>(i)] = "folded into a constant";
+          continue;
+        }
+        if (noop_cast_[static_cast<size_t>(i)]) {
+          became_[static_cast<size_t>(i)] = "nothing: a Cast to the type its input already has (its readers read the input)";
           continue;
         }
         if (gid >= 0) {
@@ -1311,6 +1488,9 @@ class Importer {
 
   const onnx::Model& m_;
   const FrontendOptions& opt_;
+  std::vector<onnx::Node> nodes_;  // m_'s nodes, with readers of a no-op Cast reading its input
+  std::vector<bool> noop_cast_;    // per node: a Cast to the type its input already has
+  std::map<std::string, int32_t> types_;  // element types the structure tells (elem_types)
   std::map<std::string, int> producer_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<std::string> outputs_;
@@ -1326,6 +1506,7 @@ class Importer {
   bool malformed_ = false;  // a node outside its op's arity: nothing after check_claims runs
   std::vector<std::string> became_;
   std::map<std::string, int64_t> ranks_;
+  double constant_tolerance_ = 1e-4;  // relative; looser for scalars stored in bf16 / fp16 (near)
 };
 
 }  // namespace
