@@ -10,11 +10,15 @@
 // (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
 // ops: 10 unary math (TEC_UNARY), 11 binary with numpy broadcasting (TEC_BINARY; the output's
 // dims TEC_BCAST_DIMS and each operand's element strides into them, 0 where it broadcasts),
-// 12 the mean of an input row of TEC_IN_N elements (an output row of one element).
+// 12 the mean of an input row of TEC_IN_N elements (an output row of one element), 13 a GEMM's
+// fp32 product with its epilogue in fp32: + bias (TEC_EPI_BIAS, a dtype code), activation
+// (TEC_ACT), + residual (TEC_EPI_RESIDUAL). Dequantize also takes fp8-static's scales: TEC_DQ
+// 6 one per row, 7 one per 1 x TEC_DQ_BLOCK block (row-major [M, K / TEC_DQ_BLOCK]).
 // Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
 // Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 1 fp16, 2 fp32.
 // Outputs (TEC_OUT): 0 bf16, 1 fp16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
-// 12 FP8 1x128 blocks, 13 MXFP8, 14 NVFP4. TEC_PASS: 0 the only pass, 1 the amax pass and
+// 12 FP8 1x128 blocks, 13 MXFP8, 14 NVFP4, 15 FP8 with the model's static scale
+// (TEC_STATIC_SCALE_INV: code = x / scale_inv, as ONNX QuantizeLinear). TEC_PASS: 0 the only pass, 1 the amax pass and
 // 2 the cast pass of the quantizers that need the whole tensor's amax first.
 //
 // Arguments: one TecArgs by value, slots in this order:
@@ -148,6 +152,18 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, a), tec_load<TEC_PARAM_DTYPE>(in1, b));
 #elif TEC_PRODUCER == 12
   return row.mean;
+#elif TEC_PRODUCER == 13
+  float v = ((const float*)in0)[row.r * TEC_N + i];
+#ifdef TEC_EPI_BIAS
+  v = v + tec_load<TEC_EPI_BIAS>(in1, i);
+#endif
+#ifdef TEC_ACT
+  v = tec_activation(v);
+#endif
+#ifdef TEC_EPI_RESIDUAL
+  v = v + tec_load<TEC_EPI_RESIDUAL>(in2, row.r * TEC_N + i);
+#endif
+  return v;
 #elif TEC_PRODUCER == 9
   const u8* data = (const u8*)in0;
   const i64 r = row.r, c = i;
@@ -162,6 +178,10 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #elif TEC_DQ == 4
   const i64 kb = (TEC_N + 127) / 128;
   return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[(r / 128) * ((kb + 3) / 4 * 4) + c / 128];
+#elif TEC_DQ == 6
+  return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[r];
+#elif TEC_DQ == 7
+  return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[r * (TEC_N / TEC_DQ_BLOCK) + c / TEC_DQ_BLOCK];
 #else
   const u8 byte = data[r * (TEC_N / 2) + c / 2];
   const u8 code = (c % 2 == 0) ? (byte & 0xF) : (byte >> 4);
@@ -311,6 +331,11 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
 #endif
   if (row.r == 0 && blockIdx.y == 0 && t == 0) *(float*)args.slot[4] = __fdiv_rn(1.0f, scale);
+
+#elif TEC_OUT == 15
+  u8* data = (u8*)args.slot[3];
+  tec_for_row(args, row, [&](i64 i, float v) { data[row.r * TEC_N + i] = tec_encode(__fdiv_rn(v, TEC_STATIC_SCALE_INV)); });
+  if (row.r == 0 && blockIdx.y == 0 && t == 0) *(float*)args.slot[4] = TEC_STATIC_SCALE_INV;
 
 #elif TEC_OUT == 12
   // 1x128 blocks: a warp per block, 4 elements per lane; scales M-major [K/128][roundup(M, 4)].

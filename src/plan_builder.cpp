@@ -59,6 +59,11 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
     reference::BufferMap out;
     for (const auto& [role, b] : buffers) out[role] = span_of(role);
     reference::QuantizeState state;
+    if (v.proto.quantizer->kind == QuantizerKind::fp8_static) {
+      TEC_INTERNAL_CHECK(v.weight->static_scales.has_value(), (ErrorContext{"plan", v.name, "", v.weight->origin}))
+          << "an fp8_static weight without the model's scales";
+      state.static_scale_inv = *v.weight->static_scales->scale_inv;
+    }
     if (v.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
       state.delayed_scale =
           reference::scale_from_amax(reference::abs_max_of(values), max_finite(v.proto.quantizer->dtype), false, 0.0f, FLT_MAX);
@@ -107,6 +112,10 @@ std::string constants_cache_key(const CompiledProfile& p) {
         source = {"values", src.values->size(),
                   checksum64(std::span(reinterpret_cast<const uint8_t*>(src.values->data()), src.values->size() * sizeof(float)))};
         break;
+    }
+    if (src.static_scales) {
+      const auto& scales = *src.static_scales->scale_inv;
+      source.push_back(checksum64(std::span(reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * sizeof(float))));
     }
     key["weights"].push_back({v.name, to_string(v.proto.dtype), v.proto.shape.dims,
                               v.proto.quantizer ? quantizer_to_json(*v.proto.quantizer) : json(), v.proto.usage.rowwise,

@@ -46,14 +46,29 @@ plan_validator = jsonschema.Draft202012Validator(plan_schema)
 plans = [("mlp_tiny.json", recipe, []) for recipe in ["bf16", "fp8-delayed", "nvfp4"]]
 # The mid-M GEMM's launch (dynamic shared memory) and its weight's device layout.
 plans.append(("mlp.json", "fp8-current", ["--shape", "T=128", "--mid-m-gemm"]))
+# fp8-static: a Q/DQ model (tests/onnx/ort_crosscheck.py builds it), its recipe from the model.
+import tempfile
+import numpy as np
+sys.path.insert(0, str(root / "tests" / "onnx"))
+import ort_crosscheck
+static_dir = tempfile.mkdtemp(prefix="tec-schema-")
+static_model = pathlib.Path(static_dir) / "static.onnx"
+static_model.write_bytes(ort_crosscheck.static_mlp_model(np.random.default_rng(1), "channel").SerializeToString())
+plans.append((str(static_model), "", []))
 for model, recipe, extra in plans:
-    out = subprocess.run([te_compile, str(root / "examples" / model), "--recipe", recipe, "--dump-after", "plan", "-q", *extra],
+    recipe_args = ["--recipe", recipe] if recipe else []
+    out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],
                          capture_output=True, text=True, check=True).stdout
     manifest = json.loads(out)
     errors = list(plan_validator.iter_errors(manifest))
     expect(f"plan manifest ({model} {recipe} {' '.join(extra)}) validates against plan.schema.json", not errors)
     for e in errors[:5]:
         print("     ", "/".join(map(str, e.absolute_path)), e.message)
+    if not recipe:
+        quantizers = [t["quantizer"] for p in manifest["profiles"] for t in p["tensors"] if t["quantizer"]]
+        expect("the static plan's recipe is fp8-static, and its quantizers keep the model's scales",
+               manifest["recipe"] == "fp8-static" and all(q["kind"] == "fp8_static" for q in quantizers) and
+               any(q["static_scale_inv"] > 0 for q in quantizers))
     if "--mid-m-gemm" in extra:
         launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
         buffers = [b for p in manifest["profiles"] for b in p["buffers"]]

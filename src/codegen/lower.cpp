@@ -173,6 +173,12 @@ class StepLowering {
           slots[4] = buf(role(v, BufferRole::scale_inv));
           memset(slots[4].buffer);
           break;
+        case QuantizerKind::fp8_static:
+          if (q.static_scale_inv <= 0.0f) throw NotLowered{"'" + v.name + "' has per-row or block static scales, which only constant weights get"};
+          defines.push_back("TEC_OUT=15");
+          defines.push_back("TEC_STATIC_SCALE_INV=" + float_literal(q.static_scale_inv));
+          slots[4] = buf(role(v, BufferRole::scale_inv));
+          break;
         case QuantizerKind::nvfp4:
           if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D NVFP4, which only constant weights get"};
           defines.push_back("TEC_OUT=14");
@@ -223,17 +229,17 @@ class StepLowering {
     return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
   }
 
-  // A quantized value dequantized into a bf16 workspace, for the GEMMs cuBLASLt cannot take.
-  std::string dequantize_to_bf16(const Value& v, const std::string& workspace) {
-    const std::string out = add_workspace(workspace, TensorProto::dense(v.proto.shape, DType::bf16));
-    emit_row_to(dequantize_producer(v), v.proto.shape.rows(), v.proto.shape.cols(), out);
+  // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot take.
+  std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16) {
+    const std::string out = add_workspace(workspace, TensorProto::dense(v.proto.shape, dtype));
+    emit_row_to(dequantize_producer(v), v.proto.shape.rows(), v.proto.shape.cols(), out, dtype);
     return out;
   }
 
-  void emit_row_to(const Producer& producer, int64_t rows, int64_t cols, const std::string& out_buffer) {
+  void emit_row_to(const Producer& producer, int64_t rows, int64_t cols, const std::string& out_buffer, DType dtype) {
     std::vector<std::string> defines = producer.defines;
     defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
-    defines.push_back("TEC_OUT=0");
+    defines.push_back("TEC_OUT=" + std::to_string(dtype_code(dtype, "workspace '" + out_buffer + "'")));
     defines.push_back("TEC_PASS=0");
     push_row_launch(std::move(defines),
                     {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
@@ -258,6 +264,11 @@ class StepLowering {
       case QuantizerKind::nvfp4:
         p.defines.push_back("TEC_DQ=5");
         p.inputs[2] = buf(role(v, BufferRole::amax));
+        break;
+      case QuantizerKind::fp8_static:
+        if (q.block_rows == 0) p.defines.push_back("TEC_DQ=1");
+        else if (q.block_cols == 0) p.defines.push_back("TEC_DQ=6");
+        else p.defines.insert(p.defines.end(), {"TEC_DQ=7", "TEC_DQ_BLOCK=" + std::to_string(q.block_cols) + "LL"});
         break;
     }
     return p;
@@ -370,6 +381,8 @@ class StepLowering {
       else act = &n;
     }
     const Value& out = output(g_.node(step_.nodes.back()));
+    if (x.proto.quantizer && x.proto.quantizer->kind == QuantizerKind::fp8_static)
+      return lower_static_gemm(linear, has_bias, act, residual_add, out);
     GemmLaunch gemm;
     gemm.m = x.proto.shape.rows();
     gemm.k = x.proto.shape.cols();
@@ -377,11 +390,16 @@ class StepLowering {
 
     // Operands.
     const auto kind = x.proto.quantizer ? std::optional(x.proto.quantizer->kind) : std::nullopt;
-    if (kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4)) {
-      step_.fusions.push_back("gpu: " + std::string(tec::to_string(*kind)) +
-                              " has no cuBLASLt GEMM on sm_90: operands dequantized to bf16, bf16 GEMM");
-      gemm.a = {dequantize_to_bf16(w, "w_bf16"), DType::bf16, "", "none"};
-      gemm.b = {dequantize_to_bf16(x, "x_bf16"), DType::bf16, "", "none"};
+    // An fp16 model's 16-bit GEMMs run in fp16: cuBLASLt takes no bf16 operands with an fp16 D
+    // or an fp16 bias (measured on the H100).
+    const bool fp16_model = (has_bias && input(linear, 2).proto.dtype == DType::fp16) || (!out.proto.quantizer && out.proto.dtype == DType::fp16);
+    const DType half = fp16_model ? DType::fp16 : DType::bf16;
+    const bool dequantized = kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4);
+    if (dequantized) {
+      step_.fusions.push_back("gpu: " + std::string(tec::to_string(*kind)) + " has no cuBLASLt GEMM on sm_90: operands dequantized to " +
+                              std::string(tec::to_string(half)) + ", " + std::string(tec::to_string(half)) + " GEMM");
+      gemm.a = {dequantize_to(w, "w_16bit", half), half, "", "none"};
+      gemm.b = {dequantize_to(x, "x_16bit", half), half, "", "none"};
     } else if (kind) {
       if (!w.proto.quantizer) throw NotLowered{"linear '" + linear.name + "' mixes a quantized input with an unquantized weight"};
       const bool block = *kind == QuantizerKind::fp8_block;
@@ -421,9 +439,11 @@ class StepLowering {
     const bool mid_candidate = !small && w.kind == ValueKind::weight && mid_gemm_fits(gemm, x, w, residual_type, out);
     const bool mid = mid_candidate && (!layouts_ || layout_of(gemm.a.buffer) == "mid_m_tiles");
     // A GEMM output that a row kernel quantizes afterwards is staged in 16 bits: in fp16 when
-    // cuBLASLt's FP8 GEMM adds an fp16 bias (it takes an fp16 bias only with an fp16 D), else bf16.
+    // cuBLASLt's FP8 GEMM adds an fp16 bias (it takes an fp16 bias only with an fp16 D) or the
+    // dequantized GEMM runs in fp16 (in fp32 when that GEMM adds an fp32 bias), else bf16.
     const bool cublaslt_fp8 = !small && !mid && is_float8(gemm.a.type);
-    const DType staging_type = cublaslt_fp8 && has_bias && gemm.bias_type == DType::fp16 ? DType::fp16 : DType::bf16;
+    DType staging_type = (cublaslt_fp8 && has_bias && gemm.bias_type == DType::fp16) || dequantized ? half : DType::bf16;
+    if (dequantized && has_bias && gemm.bias_type == DType::fp32) staging_type = DType::fp32;  // a 16-bit GEMM's fp32 bias needs an fp32 D
     if (cublaslt_fp8 && has_bias) {
       // Measured on the H100 (cuBLASLt 13.1): FP8 GEMMs take a bf16 bias with a bf16, fp32 or FP8
       // D, an fp16 bias with an fp16 D, and no fp32 bias at all. apply_recipe stores an fp32
@@ -497,6 +517,54 @@ class StepLowering {
                             ")");
     finish();
     emit_row(load(gemm.d, staging_type, "staging"), out);
+  }
+
+  // fp8-static: the model fixed every scale, and the aim is onnxruntime's result to the last FP8
+  // code of the next layer's input. sm_90's FP8 GEMMs accumulate to about 2^-12 (measured with
+  // cuBLASLt 13.1: 2.3e-4 relative at K = 512), which moves ~1 % of those codes; so the operands
+  // are dequantized to fp32 (exactly the values of ONNX DequantizeLinear) and multiplied by an
+  // fp32 GEMM, and bias, activation, residual and the output's quantize follow in fp32 in one
+  // row kernel (the order the CPU reference computes the step in).
+  void lower_static_gemm(const Node& linear, bool has_bias, const Node* act, const Node* residual_add, const Value& out) {
+    const Value& x = input(linear, 0);
+    const Value& w = input(linear, 1);
+    if (!w.proto.quantizer || w.proto.quantizer->kind != QuantizerKind::fp8_static)
+      throw NotLowered{"linear '" + linear.name + "' mixes a static FP8 input with a weight that is not"};
+    GemmLaunch gemm;
+    gemm.m = x.proto.shape.rows();
+    gemm.k = x.proto.shape.cols();
+    gemm.n = w.proto.shape[0];
+    gemm.a = {dequantize_to(w, "w_fp32", DType::fp32), DType::fp32, "", "none"};
+    gemm.b = {dequantize_to(x, "x_fp32", DType::fp32), DType::fp32, "", "none"};
+    gemm.d = add_workspace("product", TensorProto::dense(out.proto.shape, DType::fp32));
+    gemm.d_type = DType::fp32;
+    push_gemm(gemm);
+    Producer p;
+    p.defines = {"TEC_PRODUCER=13"};
+    p.inputs = {buf(gemm.d), {}, {}};
+    std::string epilogue;
+    if (has_bias) {
+      const Value& b = input(linear, 2);
+      p.defines.push_back("TEC_EPI_BIAS=" + std::to_string(dtype_code(b.proto.dtype, "bias '" + b.name + "'")));
+      p.inputs[1] = buf(data(b));
+      epilogue += ", bias";
+    }
+    if (act) {
+      p.defines.push_back(std::string("TEC_ACT=") + (act->op == "relu" ? "3" : act->attrs.get_string("approximate", "tanh") == "tanh" ? "1" : "2"));
+      epilogue += ", " + act->op;
+    }
+    if (residual_add) {
+      const ValueId made_here = residual_add->inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
+      const Value& r = g_.value(residual_add->inputs[static_cast<size_t>(1 - made_here)]);
+      if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
+      p.defines.push_back("TEC_EPI_RESIDUAL=" + std::to_string(dtype_code(r.proto.dtype, "residual '" + r.name + "'")));
+      p.inputs[2] = buf(data(r));
+      epilogue += ", residual";
+    }
+    step_.fusions.push_back("gpu: fp8-static: operands dequantized to fp32 (the values of ONNX DequantizeLinear), fp32 "
+                            "cuBLASLt GEMM, then one row kernel" + epilogue + (out.proto.quantizer ? ", static quantize" : "") +
+                            " in fp32 (FP8 tensor cores accumulate to ~2^-12 on sm_90 and would move the next layer's codes)");
+    emit_row(p, out);
   }
 
   static bool fp8_per_tensor(const Value& v) {

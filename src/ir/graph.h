@@ -46,6 +46,14 @@ struct WeightSource {
   // constant folding); `origin` says where they came from.
   std::shared_ptr<const std::vector<float>> values;
   std::string origin;
+  // An explicitly quantized weight (ONNX DequantizeLinear of FP8 codes): the model's scales,
+  // row-major in the layout of its fp8_static quantizer (tensor_proto.cpp), for the recipe
+  // fp8-static. `values` are then the dequantized codes.
+  struct StaticScales {
+    std::shared_ptr<const std::vector<float>> scale_inv;
+    int block_rows = 0, block_cols = 0;  // Quantizer::fp8_static_weight's granularity
+  };
+  std::optional<StaticScales> static_scales;
 };
 
 struct Value {

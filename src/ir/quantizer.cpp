@@ -1,6 +1,7 @@
 #include "ir/quantizer.h"
 
 #include <bit>
+#include <cmath>
 #include <sstream>
 
 #include "core/error.h"
@@ -14,6 +15,7 @@ std::string_view to_string(QuantizerKind kind) {
     case QuantizerKind::mxfp8: return "mxfp8";
     case QuantizerKind::fp8_block: return "fp8_block";
     case QuantizerKind::nvfp4: return "nvfp4";
+    case QuantizerKind::fp8_static: return "fp8_static";
   }
   return "?";
 }
@@ -82,6 +84,31 @@ Quantizer Quantizer::nvfp4(bool two_d) {
   return q;
 }
 
+Quantizer Quantizer::fp8_static(DType dtype, float scale_inv) {
+  require_fp8(dtype);
+  TEC_USER_CHECK(std::isfinite(scale_inv) && scale_inv > 0.0f, {})
+      << "a static FP8 scale must be a positive finite number, got " << scale_inv;
+  Quantizer q;
+  q.kind = QuantizerKind::fp8_static;
+  q.dtype = dtype;
+  q.static_scale_inv = scale_inv;
+  return q;
+}
+
+Quantizer Quantizer::fp8_static_weight(DType dtype, int block_rows, int block_cols) {
+  require_fp8(dtype);
+  const bool per_tensor = block_rows == 0 && block_cols == 0, per_row = block_rows == 1 && block_cols == 0;
+  TEC_USER_CHECK(per_tensor || per_row || (block_rows == 1 && block_cols >= 1 && block_cols <= (1 << 20)), {})
+      << "static FP8 weight scales are per tensor {0, 0}, per row {1, 0} or per 1 x B block {1, B}, got {" << block_rows << ", "
+      << block_cols << "}";
+  Quantizer q;
+  q.kind = QuantizerKind::fp8_static;
+  q.dtype = dtype;
+  q.block_rows = block_rows;
+  q.block_cols = block_cols;
+  return q;
+}
+
 std::vector<StateBufferSpec> Quantizer::state_buffers() const {
   if (kind != QuantizerKind::fp8_delayed) return {};
   // LAYOUTS.md §1.5: scale starts at 1, the history at 0. Row 0 of the history is the
@@ -96,7 +123,9 @@ std::string Quantizer::str() const {
   std::ostringstream out;
   out.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the string
   out << to_string(kind) << "(" << to_string(dtype);
-  if (!is_per_tensor()) out << ", block=" << block_rows << "x" << block_cols;
+  if (kind == QuantizerKind::fp8_static && static_scale_inv > 0.0f) out << ", scale_inv=" << static_scale_inv;
+  if (kind == QuantizerKind::fp8_static && block_rows == 1 && block_cols == 0) out << ", per row";
+  else if (!is_per_tensor()) out << ", block=" << block_rows << "x" << block_cols;
   if (kind == QuantizerKind::fp8_delayed)
     out << ", history=" << amax_history_len << ", margin=" << margin << ", algo=" << to_string(amax_algo);
   if (force_pow2_scales) out << ", pow2_scales";
@@ -124,6 +153,7 @@ size_t Quantizer::hash() const {
   mix(static_cast<uint64_t>(amax_history_len));
   mix(static_cast<uint64_t>(margin));
   mix(static_cast<uint64_t>(amax_algo));
+  mix(std::bit_cast<uint32_t>(static_scale_inv));
   return static_cast<size_t>(h);
 }
 

@@ -22,6 +22,11 @@ enum class QuantizerKind : uint8_t {
   mxfp8,        // 1x32 blocks, E8M0 scales (LAYOUTS.md §2)
   fp8_block,    // 1x128 or 128x128 blocks, FP32 scales (LAYOUTS.md §3)
   nvfp4,        // FP4 E2M1, 1x16 (or 16x16) E4M3 scales plus a global amax (LAYOUTS.md §4)
+  // FP8 with the scales an explicitly quantized model (ONNX Q/DQ) fixes: code = x / scale_inv,
+  // saturated, as ONNX QuantizeLinear. One scale per tensor (an activation's, in
+  // static_scale_inv), per row of the [M, K] view (a weight's output channels), or per 1 x
+  // block_cols block along K (a weight's block_size); weights' scales are constants.
+  fp8_static,
 };
 
 enum class AmaxAlgo : uint8_t { max, most_recent };
@@ -40,9 +45,13 @@ struct StateBufferSpec {
 struct Quantizer {
   QuantizerKind kind = QuantizerKind::fp8_current;
   DType dtype = DType::fp8_e4m3;  // element format: fp8_e4m3, fp8_e5m2 or fp4_e2m1x2
-  // Scaling block in [rows, cols] of the [M, K] view; {0, 0} for one scale per tensor.
+  // Scaling block in [rows, cols] of the [M, K] view; {0, 0} for one scale per tensor;
+  // fp8_static's {1, 0} is one scale per row.
   int block_rows = 0;
   int block_cols = 0;
+  // fp8_static of an activation: the model's scale (the divisor); 0 where the scales are a
+  // weight's constants.
+  float static_scale_inv = 0.0f;
   float amax_epsilon = 0.0f;
   bool force_pow2_scales = false;
   // Delayed scaling only.
@@ -59,6 +68,11 @@ struct Quantizer {
                              float amax_epsilon = 0);
   // two_d: 16x16 tiles, TE's default for weights (LAYOUTS.md §4.4).
   static Quantizer nvfp4(bool two_d = false);
+  // An activation's per-tensor static scale (> 0, finite).
+  static Quantizer fp8_static(DType dtype, float scale_inv);
+  // A weight's static scales, held by its constant: per tensor ({0, 0}), per row ({1, 0}) or
+  // per 1 x block_cols block along K ({1, block_cols}).
+  static Quantizer fp8_static_weight(DType dtype, int block_rows, int block_cols);
 
   bool is_per_tensor() const { return block_rows == 0; }
   // The state each tensor quantized this way owns (empty unless delayed scaling).

@@ -7,7 +7,7 @@
 namespace tec {
 
 nlohmann::json quantizer_to_json(const Quantizer& q) {
-  return nlohmann::json{{"kind", to_string(q.kind)},
+  nlohmann::json j{{"kind", to_string(q.kind)},
                         {"dtype", to_string(q.dtype)},
                         {"block", {q.block_rows, q.block_cols}},
                         {"amax_epsilon", q.amax_epsilon},
@@ -16,6 +16,8 @@ nlohmann::json quantizer_to_json(const Quantizer& q) {
                         {"margin", q.margin},
                         {"amax_algo", to_string(q.amax_algo)},
                         {"str", q.str()}};
+  if (q.kind == QuantizerKind::fp8_static) j["static_scale_inv"] = q.static_scale_inv;
+  return j;
 }
 
 Quantizer quantizer_from_json(const nlohmann::json& j) {
@@ -58,6 +60,14 @@ Quantizer quantizer_from_json(const nlohmann::json& j) {
   } else if (kind == "nvfp4") {
     TEC_USER_CHECK(rows == 1 || rows == 16, {}) << "quantizer.block rows must be 1 or 16";
     q = Quantizer::nvfp4(rows == 16);
+  } else if (kind == "fp8_static") {
+    TEC_USER_CHECK(j.contains("static_scale_inv") && j["static_scale_inv"].is_number() && j["static_scale_inv"].get<double>() >= 0, {})
+        << "quantizer.static_scale_inv must be a number >= 0";
+    const float scale_inv = j["static_scale_inv"].get<float>();
+    const int64_t cols = j["block"][1].get<int64_t>();
+    TEC_USER_CHECK(rows >= 0 && rows <= 1 && cols >= 0 && cols <= (1 << 20), {}) << "quantizer.block is out of range";
+    q = scale_inv > 0.0f ? Quantizer::fp8_static(*dtype, scale_inv)
+                         : Quantizer::fp8_static_weight(*dtype, static_cast<int>(rows), static_cast<int>(cols));
   } else {
     TEC_USER_ERROR({}) << "quantizer.kind '" << kind << "' is unknown";
   }
@@ -68,7 +78,9 @@ Quantizer quantizer_from_json(const nlohmann::json& j) {
     const auto it = j.find(key);
     return it != j.end() && *it == value;
   };
-  const bool consistent = j.size() == 9 && is("kind", to_string(q.kind)) && is("dtype", to_string(q.dtype)) &&
+  const bool is_static = q.kind == QuantizerKind::fp8_static;
+  const bool consistent = j.size() == (is_static ? 10u : 9u) && (!is_static || is("static_scale_inv", q.static_scale_inv)) &&
+                          is("kind", to_string(q.kind)) && is("dtype", to_string(q.dtype)) &&
                           j["block"][0] == q.block_rows && j["block"][1] == q.block_cols &&
                           is("amax_epsilon", q.amax_epsilon) && is("force_pow2_scales", q.force_pow2_scales) &&
                           is("amax_history_len", q.amax_history_len) && is("margin", q.margin) &&

@@ -8,13 +8,14 @@
 namespace tec {
 
 namespace {
-constexpr std::array<std::pair<RecipeKind, std::string_view>, 6> kRecipeNames{{
+constexpr std::array<std::pair<RecipeKind, std::string_view>, 7> kRecipeNames{{
     {RecipeKind::bf16, "bf16"},
     {RecipeKind::fp8_current, "fp8-current"},
     {RecipeKind::fp8_delayed, "fp8-delayed"},
     {RecipeKind::fp8_block, "fp8-block"},
     {RecipeKind::mxfp8, "mxfp8"},
     {RecipeKind::nvfp4, "nvfp4"},
+    {RecipeKind::fp8_static, "fp8-static"},
 }};
 constexpr std::array<std::pair<TensorRole, std::string_view>, 3> kRoleNames{{
     {TensorRole::input, "input"},
@@ -79,6 +80,7 @@ std::optional<Quantizer> Recipe::quantizer_for(TensorRole role) const {
       return Quantizer::fp8_block(fp8, role == TensorRole::weight ? 2 : 1, power_2_scales, amax_epsilon);
     // Weights use 16x16 tiles (LAYOUTS.md §4.3). RHT and stochastic rounding are not modelled.
     case RecipeKind::nvfp4: return Quantizer::nvfp4(role == TensorRole::weight);
+    case RecipeKind::fp8_static: return std::nullopt;  // per tensor, from the model (apply_recipe)
   }
   TEC_INTERNAL_ERROR({}) << "unknown recipe kind";
 }

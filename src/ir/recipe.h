@@ -10,7 +10,9 @@
 
 namespace tec {
 
-enum class RecipeKind : uint8_t { bf16, fp8_current, fp8_delayed, fp8_block, mxfp8, nvfp4 };
+// fp8_static: the scales an explicitly quantized model fixes (ONNX Q/DQ pairs); apply_recipe
+// takes them from each linear's input_scale and each weight's static scales.
+enum class RecipeKind : uint8_t { bf16, fp8_current, fp8_delayed, fp8_block, mxfp8, nvfp4, fp8_static };
 
 // HYBRID: E4M3 for forward tensors, E5M2 for gradients (LAYOUTS.md §1.3).
 enum class Fp8Format : uint8_t { e4m3, hybrid };
@@ -36,7 +38,8 @@ struct Recipe {
 
   // TE's defaults for a recipe kind (LAYOUTS.md §1.3, §1.5, §3).
   static Recipe defaults(RecipeKind kind);
-  // nullopt: the tensor stays in high precision (bf16 recipe).
+  // nullopt: the tensor stays in high precision (bf16 recipe), or its quantizer is the
+  // model's own (fp8_static).
   std::optional<Quantizer> quantizer_for(TensorRole role) const;
   bool operator==(const Recipe&) const = default;
 };

@@ -133,6 +133,22 @@ void nvfp4_buffers(const TensorProto& t, std::vector<BufferSpec>& out) {
   }
 }
 
+// fp8_static: rowwise FP8 data and the model's FP32 scales, row-major: [1] per tensor, [M] per
+// row, [M, K / B] per 1 x B block (B must divide K). Inference only: no columnwise copy.
+void fp8_static_buffers(const TensorProto& t, std::vector<BufferSpec>& out) {
+  const Quantizer& q = *t.quantizer;
+  TEC_USER_CHECK(!t.usage.columnwise, {}) << q.str() << " is for inference plans: it has no columnwise (transposed) copy";
+  const int64_t m = t.shape.rows(), k = t.shape.cols();
+  out.push_back(make_buffer(BufferRole::data, t.shape, q.dtype, kDataAlignment));
+  Shape scales{1};
+  if (q.block_rows == 1 && q.block_cols == 0) scales = Shape{m};
+  if (q.block_cols > 0) {
+    require_divisible(k, q.block_cols, "K", q, "block");
+    scales = Shape{m, k / q.block_cols};
+  }
+  out.push_back(make_buffer(BufferRole::scale_inv, scales, DType::fp32, kScaleAlignment));
+}
+
 }  // namespace
 
 std::vector<BufferSpec> TensorProto::buffers(const Target& target) const {
@@ -149,6 +165,7 @@ std::vector<BufferSpec> TensorProto::buffers(const Target& target) const {
     case QuantizerKind::mxfp8: mxfp8_buffers(*this, out); break;
     case QuantizerKind::fp8_block: fp8_block_buffers(*this, out); break;
     case QuantizerKind::nvfp4: nvfp4_buffers(*this, out); break;
+    case QuantizerKind::fp8_static: fp8_static_buffers(*this, out); break;
   }
   return out;
 }

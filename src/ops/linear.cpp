@@ -32,6 +32,9 @@ void check_linear_attributes(const Attributes& attrs, const ErrorContext& ctx) {
   TEC_USER_CHECK(c.in_features >= 1 && c.out_features >= 1, ctx)
       << "in_features and out_features must be positive, got " << c.in_features << " and " << c.out_features;
   TEC_USER_CHECK(c.tp_size >= 1 && c.tp_size <= 1024, ctx) << "tp_size must be in [1, 1024], got " << c.tp_size;
+  const double input_scale = attrs.get_float("input_scale", 0.0);
+  TEC_USER_CHECK(std::isfinite(input_scale) && input_scale >= 0.0 && input_scale <= 3.4e38, ctx)
+      << "input_scale must be a positive finite number (or 0 for none), got " << input_scale;
   if (c.tp_mode == "none") {
     TEC_USER_CHECK(c.tp_size == 1, ctx) << "tp_size=" << c.tp_size << " needs tp_mode 'column' or 'row'";
     TEC_USER_CHECK(!c.sequence_parallel, ctx) << "sequence_parallel needs tp_mode 'column' or 'row'";
@@ -152,6 +155,8 @@ void register_linear_ops(OpRegistry& registry) {
               {"tp_size", AttrType::int_, AttrValue{int64_t{1}}, {}, "tensor-parallel ranks"},
               {"sequence_parallel", AttrType::bool_, AttrValue{false}, {},
                "shard the sequence dim outside the linear"},
+              {"input_scale", AttrType::float_, AttrValue{0.0}, {},
+               "recipe fp8-static: the model's scale for the input (ONNX QuantizeLinear's y_scale); 0: none"},
           },
       .check_attributes = check_linear_attributes,
       .params = linear_params,

@@ -1,6 +1,8 @@
 // quantize and dequantize: explicit casts between high precision and a quantized format.
 // The compiler also inserts quantize nodes where a GEMM operand cannot be quantized by its
 // producer (passes/apply_recipe.cpp). Both have straight-through gradients.
+#include <cmath>
+
 #include "ops/common.h"
 
 namespace tec {
@@ -9,6 +11,11 @@ namespace {
 
 InferResult infer_quantize(const InferContext& ctx) {
   require_high_precision(ctx, 0);
+  if (const double scale = ctx.node.attrs.get_float("static_scale", 0.0); scale != 0.0) {
+    TEC_USER_CHECK(std::isfinite(scale) && scale > 0.0 && scale < 3.4e38, ctx.error)
+        << "static_scale must be a positive finite number, got " << scale;
+    return InferResult{{ctx.inputs[0].with_quantizer(Quantizer::fp8_static(DType::fp8_e4m3, static_cast<float>(scale)))}, {}, {}};
+  }
   const auto role = parse_tensor_role(ctx.node.attrs.get_string("role", "input"));
   const std::string recipe_name = ctx.node.attrs.get_string("recipe", "");
   Recipe recipe = ctx.graph.recipe;
@@ -41,7 +48,9 @@ void register_quantize_ops(OpRegistry& registry) {
       .attrs = {{"role", AttrType::string_, AttrValue{std::string("input")}, {"input", "weight", "grad_output"},
                  "which of the recipe's quantizers to use"},
                 {"recipe", AttrType::string_, AttrValue{std::string("")}, recipe_choices(),
-                 "a recipe for this cast only; empty: the graph's recipe"}},
+                 "a recipe for this cast only; empty: the graph's recipe"},
+                {"static_scale", AttrType::float_, AttrValue{0.0}, {},
+                 "FP8 E4M3 with this fixed scale (fp8-static: code = x / static_scale); 0: the recipe's quantizer"}},
       .infer = infer_quantize,
       .infer_backward = passthrough_backward,
       .reference = identity_reference,

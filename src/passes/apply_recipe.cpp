@@ -26,9 +26,10 @@ bool only_gemm_readers(const std::vector<std::pair<NodeId, int>>& readers, const
 
 // cuBLASLt's FP8 GEMMs take their bias in bf16 (or fp16 with an fp16 output), never in fp32
 // (measured on the H100, cuBLASLt 13.1), as TE's do. An fp32 model's bias is therefore stored
-// in bf16 under the quantized recipes, for the GPU and the CPU reference alike: rounded once,
-// when the plan's constants are made (the lowering's fusion notes say so). The error is 2^-9
-// of the bias, far below what FP8 operands resolve.
+// in bf16 under the per-tensor and block FP8 recipes, for the GPU and the CPU reference alike:
+// rounded once, when the plan's constants are made (the lowering's fusion notes say so). The
+// error is 2^-9 of the bias, far below what FP8 operands resolve. (MXFP8 and NVFP4 run a 16-bit
+// GEMM over dequantized operands on sm_90, which takes an fp32 bias with an fp32 output.)
 void store_fp32_biases_in_bf16(Graph& graph) {
   for (const Node& node : graph.nodes) {
     if (node.op != "linear" || !node.attrs.get_bool("bias", true) || node.inputs.size() < 3) continue;
@@ -37,11 +38,37 @@ void store_fp32_biases_in_bf16(Graph& graph) {
   }
 }
 
+// fp8-static: every GEMM operand's quantizer is the model's own, per node: the input's scale
+// from the linear's input_scale (its ONNX Q/DQ pair), the weight's from its constant's static
+// scales (its DequantizeLinear). Biases keep their dtype: tec adds them in fp32 after the GEMM.
+void want_static_quantizers(const Graph& graph, WantedMap& wanted) {
+  TEC_UNSUPPORTED_CHECK(graph.mode == Mode::infer, (ErrorContext{"recipe", "", "", graph.source_file}))
+      << "fp8-static is an inference recipe (its scales come from a quantized model); train with fp8-current or fp8-delayed";
+  for (NodeId n = 0; n < static_cast<NodeId>(graph.nodes.size()); ++n) {
+    const Node& node = graph.node(n);
+    if (!builtin_ops().get(node.op).gemm_operands) continue;
+    const ErrorContext ctx = graph.context(n, "recipe");
+    const double input_scale = node.attrs.get_float("input_scale", 0.0);
+    TEC_USER_CHECK(input_scale > 0.0, ctx)
+        << "fp8-static quantizes with the scales an ONNX model's QuantizeLinear/DequantizeLinear pairs fix, and this GEMM's "
+           "input has none (compile with --recipe fp8-current instead)";
+    const Value& w = graph.value(node.inputs.at(1));
+    TEC_USER_CHECK(w.kind == ValueKind::weight && w.weight && w.weight->static_scales, ctx)
+        << "fp8-static keeps the model's FP8 weights, and weight '" << w.name
+        << "' is not one (no DequantizeLinear of FP8 codes; or compile with --recipe fp8-current)";
+    const auto& scales = *w.weight->static_scales;
+    wanted.emplace(std::make_pair(n, 0), Wanted{Quantizer::fp8_static(DType::fp8_e4m3, static_cast<float>(input_scale)), TensorRole::input});
+    wanted.emplace(std::make_pair(n, 1),
+                   Wanted{Quantizer::fp8_static_weight(DType::fp8_e4m3, scales.block_rows, scales.block_cols), TensorRole::weight});
+  }
+}
+
 }  // namespace
 
 Graph apply_recipe(Graph graph) {
   const OpRegistry& ops = builtin_ops();
   WantedMap wanted;
+  if (graph.recipe.kind == RecipeKind::fp8_static) want_static_quantizers(graph, wanted);
   for (NodeId n = 0; n < static_cast<NodeId>(graph.nodes.size()); ++n) {
     const OpDef& def = ops.get(graph.node(n).op);
     if (!def.gemm_operands) continue;
@@ -49,7 +76,9 @@ Graph apply_recipe(Graph graph) {
       if (auto q = graph.recipe.quantizer_for(operand.role)) wanted.emplace(std::make_pair(n, operand.slot), Wanted{*q, operand.role});
   }
   if (wanted.empty()) return graph;
-  store_fp32_biases_in_bf16(graph);
+  const RecipeKind kind = graph.recipe.kind;
+  if (kind == RecipeKind::fp8_current || kind == RecipeKind::fp8_delayed || kind == RecipeKind::fp8_block)
+    store_fp32_biases_in_bf16(graph);
 
   const auto readers = graph.consumers();
   // (value, quantizer hash) -> the inserted quantize node's output, shared by all readers.
@@ -96,6 +125,7 @@ Graph apply_recipe(Graph graph) {
         cast.source = node.source;
         cast.attrs.values["role"] = std::string(to_string(it->second.role));
         cast.attrs.values["recipe"] = std::string();
+        if (q.kind == QuantizerKind::fp8_static) cast.attrs.values["static_scale"] = static_cast<double>(q.static_scale_inv);
         graph.add_node(std::move(cast));
         found = inserted.emplace(key, out_id).first;
       }

@@ -93,6 +93,27 @@ void quantize_per_tensor(const TensorProto& p, const Matrix& x, const BufferMap&
   });
 }
 
+// ---- FP8 with the model's scales (fp8-static) ----
+// code = x / scale_inv, rounded to nearest even and saturated: ONNX QuantizeLinear to
+// FLOAT8E4M3FN with saturate=1, which divides.
+void quantize_static(const TensorProto& p, const Matrix& x, const BufferMap& out, const Target& t, const QuantizeState& state) {
+  const Quantizer& q = *p.quantizer;
+  const int64_t count = bytes_of(p, t, BufferRole::scale_inv) / 4;
+  std::vector<float> scales(static_cast<size_t>(count), q.static_scale_inv);
+  if (q.static_scale_inv == 0.0f) {
+    TEC_INTERNAL_CHECK(static_cast<int64_t>(state.static_scale_inv.size()) == count, {})
+        << "fp8_static weight: " << state.static_scale_inv.size() << " scales given, its layout holds " << count;
+    scales.assign(state.static_scale_inv.begin(), state.static_scale_inv.end());
+  }
+  auto scale_inv = buffer(out, BufferRole::scale_inv, count * 4);
+  for (int64_t i = 0; i < count; ++i) store_f32(scale_inv, i, scales[static_cast<size_t>(i)]);
+  auto data = buffer(out, BufferRole::data, x.m * x.k);
+  parallel_for(x.m, [&](int64_t r) {
+    for (int64_t c = 0; c < x.k; ++c)
+      data[static_cast<size_t>(r * x.k + c)] = encode_fp8(q.dtype, x.at(r, c) / scales[static_cast<size_t>(static_scale_index(q, r, c, x.k))]);
+  });
+}
+
 // ---- MXFP8 (LAYOUTS.md §2) ----
 // One 32-element block along K (rowwise) or along M (columnwise): returns the E8M0 exponent
 // and writes the encoded elements through `put`.
@@ -306,6 +327,7 @@ void quantize(const TensorProto& proto, std::span<const float> x, const BufferMa
     case QuantizerKind::mxfp8: quantize_mxfp8(proto, m, out, target); break;
     case QuantizerKind::fp8_block: quantize_fp8_block(proto, m, out, target); break;
     case QuantizerKind::nvfp4: quantize_nvfp4(proto, m, out, target); break;
+    case QuantizerKind::fp8_static: quantize_static(proto, m, out, target, state); break;
   }
 }
 
@@ -352,6 +374,14 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
           const uint8_t code = data[static_cast<size_t>(columnwise ? c * m + r : r * k + c)];
           set(r, c, decode_fp8(q.dtype, code) * load_f32(scales, s));
         }
+      break;
+    }
+    case QuantizerKind::fp8_static: {
+      auto data = get(BufferRole::data);
+      auto scales = get(BufferRole::scale_inv);
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t c = 0; c < k; ++c)
+          set(r, c, decode_fp8(q.dtype, data[static_cast<size_t>(r * k + c)]) * load_f32(scales, static_scale_index(q, r, c, k)));
       break;
     }
     case QuantizerKind::nvfp4: {

@@ -24,7 +24,16 @@ void delayed_scaling_update(std::span<float> amax_history, float& scale, float f
 struct QuantizeState {
   float delayed_scale = 1.0f;    // fp8_delayed: the scale to cast with
   float* delayed_amax = nullptr;  // fp8_delayed: amax_history[0], max-merged with max|x|
+  std::span<const float> static_scale_inv;  // fp8_static of a weight: the model's scales
 };
+
+// fp8_static: the scale_inv of element (r, c) of a tensor with K columns, as its scale_inv
+// buffer lays them out (tensor_proto.cpp): per tensor, per row, or per 1 x B block.
+inline int64_t static_scale_index(const Quantizer& q, int64_t r, int64_t c, int64_t k) {
+  if (q.block_rows == 0) return 0;
+  if (q.block_cols == 0) return r;
+  return r * (k / q.block_cols) + c / q.block_cols;
+}
 
 using BufferMap = std::map<BufferRole, std::span<uint8_t>>;
 

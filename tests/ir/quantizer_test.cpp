@@ -2,6 +2,8 @@
 // configuration), and any differing field makes them differ.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <nlohmann/json.hpp>
 #include <unordered_set>
 
 #include "ir/recipe.h"
@@ -80,6 +82,30 @@ TEST_CASE("quantizer factories reject bad fields") {
         std::string::npos);
   CHECK(test::error_of([] { (void)Quantizer::fp8_block(DType::fp8_e4m3, 3); }).message().find("must be 1") !=
         std::string::npos);
+  for (float bad : {0.0f, -1.0f, NAN, INFINITY})
+    CHECK(test::error_of([bad] { (void)Quantizer::fp8_static(DType::fp8_e4m3, bad); }).message().find("positive finite") !=
+          std::string::npos);
+  CHECK(test::error_of([] { (void)Quantizer::fp8_static_weight(DType::fp8_e4m3, 2, 0); }).message().find("per row {1, 0}") !=
+        std::string::npos);
+}
+
+TEST_CASE("fp8_static quantizers: the scale is part of the value, and JSON round-trips it exactly") {
+  const Quantizer a = Quantizer::fp8_static(DType::fp8_e4m3, 0.0123f), b = Quantizer::fp8_static(DType::fp8_e4m3, 0.0124f);
+  CHECK_FALSE(a == b);
+  CHECK(a.hash() != b.hash());
+  CHECK(Recipe::defaults(RecipeKind::fp8_static).quantizer_for(TensorRole::input) == std::nullopt);  // the model's, per node
+  for (const Quantizer& q : {a, Quantizer::fp8_static_weight(DType::fp8_e4m3, 0, 0), Quantizer::fp8_static_weight(DType::fp8_e4m3, 1, 0),
+                             Quantizer::fp8_static_weight(DType::fp8_e4m3, 1, 128)})
+    CHECK(quantizer_from_json(quantizer_to_json(q)) == q);
+  nlohmann::json j = quantizer_to_json(a);
+  j["static_scale_inv"] = -1.0;
+  CHECK(test::error_of([&] { (void)quantizer_from_json(j); }).message().find("static_scale_inv must be a number >= 0") != std::string::npos);
+  j = quantizer_to_json(Quantizer::fp8_current(DType::fp8_e4m3));
+  j["static_scale_inv"] = 0.5;  // a field the kind does not have
+  CHECK(test::error_of([&] { (void)quantizer_from_json(j); }).message().find("inconsistent") != std::string::npos);
+  j = quantizer_to_json(a);
+  j.erase("static_scale_inv");
+  CHECK(test::error_of([&] { (void)quantizer_from_json(j); }).message().find("static_scale_inv") != std::string::npos);
 }
 
 }  // namespace tec

@@ -176,3 +176,56 @@ TEST_CASE("delayed cast max-merges its amax into the staging slot and writes 1/s
 }
 
 }  // namespace tec::reference
+
+namespace tec::reference {
+
+TEST_CASE("fp8-static divides by the model's scale, saturates, and keeps the scales it was given") {
+  // ONNX QuantizeLinear to FLOAT8E4M3FN (saturate=1): code = E4M3(x / scale), past 448 -> 448.
+  const std::vector<float> x = {1.0f, -3.0f, 0.3f, 1e6f, -1e6f, NAN, 0.0f, 2.5f};
+  const float s = 0.1f;
+  QuantizedTensor t(proto({2, 4}, Quantizer::fp8_static(DType::fp8_e4m3, s), {true, false}));
+  quantize(t.proto, x, t.spans());
+  for (size_t i = 0; i < x.size(); ++i) CHECK(t.storage[BufferRole::data][i] == float_to_e4m3(x[i] / s));
+  CHECK(t.storage[BufferRole::data][3] == 0x7E);  // +448
+  CHECK(t.storage[BufferRole::data][4] == 0xFE);  // -448
+  float stored;
+  std::memcpy(&stored, t.storage[BufferRole::scale_inv].data(), 4);
+  CHECK(stored == s);
+  const auto back = dequantize(t.proto, t.spans());
+  CHECK(back[1] == e4m3_to_float(float_to_e4m3(-3.0f / s)) * s);
+
+  // A weight's scales per row and per 1 x 64 block along K, given by the model.
+  const auto w = random_bf16(4 * 128, 11, 0.05f);
+  for (const auto& [q, scales] : {std::pair{Quantizer::fp8_static_weight(DType::fp8_e4m3, 1, 0), std::vector<float>{1e-4f, 2e-4f, 3e-4f, 4e-4f}},
+                                  std::pair{Quantizer::fp8_static_weight(DType::fp8_e4m3, 1, 64),
+                                            std::vector<float>{1e-4f, 2e-4f, 3e-4f, 4e-4f, 5e-4f, 6e-4f, 7e-4f, 8e-4f}}}) {
+    CAPTURE(q.str());
+    QuantizedTensor wt(proto({4, 128}, q, {true, false}));
+    REQUIRE(wt.storage[BufferRole::scale_inv].size() == scales.size() * 4);
+    quantize(wt.proto, w, wt.spans(), {}, QuantizeState{.static_scale_inv = scales});
+    int differing = 0;
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t c = 0; c < 128; ++c) {
+        const float scale = scales[static_cast<size_t>(static_scale_index(q, r, c, 128))];
+        differing += wt.storage[BufferRole::data][static_cast<size_t>(r * 128 + c)] != float_to_e4m3(w[static_cast<size_t>(r * 128 + c)] / scale);
+      }
+    CHECK(differing == 0);
+    CHECK(std::memcmp(wt.storage[BufferRole::scale_inv].data(), scales.data(), scales.size() * 4) == 0);
+  }
+}
+
+TEST_CASE("FP8 codes dequantized with their scale re-encode to themselves, for every finite E4M3 code") {
+  // fp8-static builds a weight's constants from its dequantized values (code * scale, as ONNX
+  // DequantizeLinear folds them); dividing by the same scale must give the model's code back.
+  int differing = 0;
+  for (float scale : {1e-6f, 3.7e-4f, 0.0123f, 1.0f, 7.5f, 300.0f})
+    for (int code = 0; code < 256; ++code) {
+      if ((code & 0x7F) == 0x7F) continue;  // NaN
+      const float value = e4m3_to_float(static_cast<uint8_t>(code)) * scale;
+      const uint8_t back = float_to_e4m3(value / scale);
+      differing += back != code;
+    }
+  CHECK(differing == 0);
+}
+
+}  // namespace tec::reference

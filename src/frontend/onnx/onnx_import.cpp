@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <memory>
 #include <set>
+#include <sstream>
 
 #include "frontend/onnx/onnx_fold.h"
 #include "ops/common.h"
@@ -805,37 +806,66 @@ class Importer {
                     .weight = node(mm).inputs[1], .bias = b, .describe = "MatMul + Add -> linear with bias"});
   }
 
-  // Q -> DQ on a run-time value: the pair picks the quantizer of the GEMM that reads it.
+  // Why a Q/DQ scale constant cannot be used, or "" when every value is a positive finite number.
+  static std::string bad_scale(const Tensor& scale) {
+    for (int64_t i = 0; i < scale.numel(); ++i) {
+      const double v = scale.at(static_cast<size_t>(i));
+      if (!(std::isfinite(v) && v > 0.0)) {
+        std::ostringstream text;
+        text << "its scale must be a positive finite number, got " << v;
+        if (scale.numel() > 1) text << " at index " << i;
+        return text.str();
+      }
+    }
+    return "";
+  }
+
+  // Q -> DQ on a run-time value: the pair picks the quantizer of the GEMM that reads it. A
+  // scalar FLOAT8E4M3FN scale is the model's calibrated static scale (recipe fp8-static, kept in
+  // qdq_scale_); block_size 128 chooses fp8-block and E8M0 block_size 32 mxfp8, whose
+  // activation scales tec computes at run time as TE does.
   void match_qdq(int q) {
     if (!is_op(q, "QuantizeLinear") || is_constant(node(q).inputs[0])) return;
     const std::string y = node(q).outputs[0];
     const int dq = sole_consumer(y, "DequantizeLinear");
     if (dq < 0) return;
     const onnx::Node& qn = node(q);
+    const onnx::Node& dn = node(dq);
     Group g{.kind = Group::Kind::qdq, .members = {q, dq}, .root = dq, .x = qn.inputs[0]};
     auto scale = known_.find(qn.inputs[1]);
+    auto dq_scale = known_.find(dn.inputs[1]);
     int32_t out_type = static_cast<int32_t>(attr_int(qn, "output_dtype", 0));
     if (qn.inputs.size() > 2 && !qn.inputs[2].empty() && known_.count(qn.inputs[2])) out_type = known_.at(qn.inputs[2])->elem_type;
     if (out_type == 0) out_type = onnx::kUint8;
     const int64_t block = attr_int(qn, "block_size", 0);
     std::string why;
-    if (scale == known_.end()) why = "its scale is not a known constant";
+    if (scale == known_.end() || dq_scale == known_.end()) why = "its scale is not a known constant";
     else if (out_type != onnx::kFloat8E4M3FN)
       why = "it quantizes to " + onnx::elem_type_name(out_type) +
             "; tec maps FLOAT8E4M3FN Q/DQ onto TE's forward FP8 formats (E5M2 is for gradients, integer formats are not TE's)";
-    else if (block == 0 && scale->second->numel() == 1) g.qdq_recipe = RecipeKind::fp8_current;
+    else if (const std::string bad = bad_scale(*scale->second); !bad.empty()) why = bad;
+    else if (scale->second->dims != dq_scale->second->dims || scale->second->floats != dq_scale->second->floats)
+      why = "QuantizeLinear and DequantizeLinear have different scales ('" + qn.inputs[1] + "', '" + dn.inputs[1] +
+            "'); a pair that rescales is not a quantizer";
+    else if (qn.inputs.size() > 2 && !qn.inputs[2].empty() && known_.count(qn.inputs[2]) &&
+             std::any_of(known_.at(qn.inputs[2])->floats.begin(), known_.at(qn.inputs[2])->floats.end(), [](float z) { return z != 0.0f; }))
+      why = "its zero point is not 0";
+    else if (block == 0 && scale->second->numel() == 1) g.qdq_recipe = RecipeKind::fp8_static;
     else if (block == 128 && attr_int(qn, "axis", 1) == -1) g.qdq_recipe = RecipeKind::fp8_block;
     else if (block == 32 && scale->second->elem_type == onnx::kFloat8E8M0 && attr_int(qn, "axis", 1) == -1)
       g.qdq_recipe = RecipeKind::mxfp8;
     else
       why = "its scale granularity (" + std::string(block ? "block_size " + std::to_string(block) : "per-axis") +
-            ") matches no TE recipe (scalar: fp8-current; block_size 128 on axis -1: fp8-block; block_size 32 with "
-            "E8M0 scales on axis -1: mxfp8)";
+            ") matches no TE recipe (scalar: fp8-static, the model's scale; block_size 128 on axis -1: fp8-block; block_size "
+            "32 with E8M0 scales on axis -1: mxfp8)";
     if (!why.empty()) {
       problem(qn, "Q/DQ pair cannot be mapped: " + why);
       return;
     }
-    g.describe = std::string("Q/DQ pair -> ") + std::string(to_string(g.qdq_recipe)) + " quantizer of the GEMM input";
+    if (g.qdq_recipe == RecipeKind::fp8_static) qdq_scale_[dn.outputs[0]] = scale->second->floats.at(0);
+    g.describe = g.qdq_recipe == RecipeKind::fp8_static
+                     ? "Q/DQ pair -> the GEMM input's static FP8 scale " + std::to_string(scale->second->floats.at(0))
+                     : std::string("Q/DQ pair -> ") + std::string(to_string(g.qdq_recipe)) + " quantizer of the GEMM input";
     add_group(std::move(g));
   }
 
@@ -1056,18 +1086,93 @@ class Importer {
     return out;
   }
 
-  ValueId emit_linear(Env& e, const onnx::Node& src, ValueId x, std::vector<float> weight_nk, int64_t n, int64_t k,
-                      const std::vector<float>* bias, const std::string& out) {
+  using StaticScales = WeightSource::StaticScales;
+
+  // fp8-static: the scales of a weight the model stores as FP8 codes (a folded
+  // DequantizeLinear of FLOAT8E4M3FN), in the layout of tec's [N, K] weight (the ONNX B
+  // transposed unless `nk`, Gemm's transB), alpha folded in. nullopt for any other weight.
+  std::optional<StaticScales> static_scales_of(const std::string& weight, bool nk, double alpha) const {
+    const int p = producer_of(weight);
+    if (!static_ || p < 0 || node(p).op_type != "DequantizeLinear" || !constant_node_[static_cast<size_t>(p)]) return std::nullopt;
+    const onnx::Node& dq = node(p);
+    const auto codes = known_.find(dq.inputs[0]);
+    if (codes == known_.end() || codes->second->elem_type != onnx::kFloat8E4M3FN || !known_.count(dq.inputs[1])) return std::nullopt;
+    const ErrorContext ctx = node_ctx(dq);
+    const Tensor& w = *codes->second;
+    const Tensor& scale = *known_.at(dq.inputs[1]);
+    const std::string what = "DequantizeLinear '" + dq.name + "' of weight '" + weight + "': ";
+    TEC_USER_CHECK(w.dims.size() == 2, ctx) << what << "a GEMM weight must be 2-D, got " << Shape(w.dims).str();
+    const std::string bad = bad_scale(scale);
+    TEC_USER_CHECK(bad.empty(), ctx) << what << bad;
+    const int64_t n = nk ? w.dims[0] : w.dims[1], k = nk ? w.dims[1] : w.dims[0];
+    const int64_t n_axis = nk ? 0 : 1, k_axis = 1 - n_axis;
+    const int64_t axis = with_context(ctx, [&] { return axis_of(attr_int(dq, "axis", 1), 2, "axis"); });
+    const int64_t block = attr_int(dq, "block_size", 0);
+    auto scaled = [&](double v) { return static_cast<float>(v * alpha); };
+    StaticScales out;
+    auto values = std::make_shared<std::vector<float>>();
+    if (block == 0 && scale.numel() == 1) {
+      values->push_back(scaled(scale.floats[0]));
+    } else if (block == 0) {
+      TEC_UNSUPPORTED_CHECK(axis == n_axis && scale.numel() == n, ctx)
+          << what << "per-axis scales along K (axis " << k_axis << ") are not a TE granularity; tec takes one scale per tensor, per output channel (axis " << n_axis
+          << ") or block_size along K";
+      for (float v : scale.floats) values->push_back(scaled(v));
+      out.block_rows = 1;
+    } else {
+      TEC_UNSUPPORTED_CHECK(axis == k_axis, ctx)
+          << what << "block_size runs along axis " << axis << ", the weight's N; tec takes blocks along K (axis " << k_axis << ")";
+      TEC_USER_CHECK(block >= 1 && k % block == 0, ctx) << what << "block_size " << block << " does not divide K=" << k;
+      const int64_t blocks = k / block;
+      TEC_USER_CHECK(scale.numel() == n * blocks, ctx) << what << "block scales hold " << scale.numel() << " values, the weight needs " << n * blocks;
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t b = 0; b < blocks; ++b)
+          values->push_back(scaled(scale.floats[static_cast<size_t>(nk ? r * blocks + b : b * n + r)]));
+      out.block_rows = 1;
+      out.block_cols = static_cast<int>(block);
+    }
+    out.scale_inv = std::move(values);
+    return out;
+  }
+
+  // The static scales of [W_a; W_b] (rows n_a then n_b): one per tensor if both are that one,
+  // else both expanded to per row, or to blocks when either has blocks.
+  static std::optional<StaticScales> concatenated(const std::optional<StaticScales>& a, int64_t n_a, const std::optional<StaticScales>& b,
+                                                  int64_t n_b, int64_t k, const ErrorContext& ctx) {
+    if (!a || !b) return std::nullopt;
+    if (a->block_rows == 0 && b->block_rows == 0 && *a->scale_inv == *b->scale_inv) return a;
+    const int cols = std::max(a->block_cols, b->block_cols);
+    TEC_UNSUPPORTED_CHECK(a->block_cols == 0 || b->block_cols == 0 || a->block_cols == b->block_cols, ctx)
+        << "the gate and up weights have block sizes " << a->block_cols << " and " << b->block_cols << "; tec concatenates them into one linear";
+    const int64_t blocks = cols ? k / cols : 1;
+    auto expand = [&](const StaticScales& s, int64_t rows, std::vector<float>& out) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < blocks; ++c)
+          out.push_back((*s.scale_inv)[static_cast<size_t>(s.block_rows == 0 ? 0 : s.block_cols == 0 ? r : r * blocks + c)]);
+    };
+    auto values = std::make_shared<std::vector<float>>();
+    expand(*a, n_a, *values);
+    expand(*b, n_b, *values);
+    return StaticScales{std::move(values), 1, cols};
+  }
+
+  // A linear reading run-time `x` (the ONNX value `x_name`): under fp8-static with its input's
+  // static scale (from its Q/DQ pair) and its weight's (from its DequantizeLinear).
+  ValueId emit_linear(Env& e, const onnx::Node& src, const std::string& x_name, ValueId x, std::vector<float> weight_nk, int64_t n,
+                      int64_t k, const std::vector<float>* bias, const std::string& out, std::optional<StaticScales> scales = {}) {
     Attributes a;
     a.values["in_features"] = k;
     a.values["out_features"] = n;
     a.values["bias"] = bias != nullptr;
+    if (const auto it = qdq_scale_.find(x_name); static_ && it != qdq_scale_.end()) a.values["input_scale"] = static_cast<double>(it->second);
     std::vector<std::vector<float>> params{std::move(weight_nk)};
     if (bias) params.push_back(*bias);
     const Shape xs = e.g.value(x).proto.shape;
     TEC_USER_CHECK(xs.rank() >= 1 && xs.cols() == k, node_ctx(src))
         << "input has shape " << xs.str() << ", the weight expects " << k << " features";
-    return emit(e, src, "linear", {x}, a, std::move(params), out);
+    const ValueId y = emit(e, src, "linear", {x}, a, std::move(params), out);
+    if (scales) e.g.value(e.g.nodes.back().inputs.at(1)).weight->static_scales = std::move(scales);
+    return y;
   }
 
   static Attributes fn_attr(const std::string& fn) {
@@ -1091,7 +1196,8 @@ class Importer {
       case Group::Kind::linear_bias: {
         const Tensor& w = *e.consts.at(grp.weight);
         std::vector<float> b = values(grp.bias, w.dims[1], 0);
-        e.runtime[out] = emit_linear(e, root, x, transposed(w), w.dims[1], w.dims[0], &b, out);
+        e.runtime[out] = emit_linear(e, root, grp.x, x, transposed(w), w.dims[1], w.dims[0], &b, out,
+                                     static_scales_of(grp.weight, false, 1.0));
         break;
       }
       case Group::Kind::gelu: {
@@ -1108,7 +1214,9 @@ class Importer {
         w.insert(w.end(), w_up.begin(), w_up.end());
         b.insert(b.end(), b_up.begin(), b_up.end());
         const bool biased = !grp.gate.bias.empty() || !grp.up.bias.empty();
-        const ValueId h = emit_linear(e, root, x, std::move(w), 2 * n, k, biased ? &b : nullptr, out + ".gate_up");
+        const auto scales = concatenated(static_scales_of(grp.gate.weight, grp.gate.trans_b, grp.gate.alpha), n,
+                                         static_scales_of(grp.up.weight, grp.up.trans_b, grp.up.alpha), n, k, node_ctx(root));
+        const ValueId h = emit_linear(e, root, grp.x, x, std::move(w), 2 * n, k, biased ? &b : nullptr, out + ".gate_up", scales);
         e.runtime[out] = emit(e, root, grp.act, {h}, {}, {}, out);
         break;
       }
@@ -1217,7 +1325,8 @@ class Importer {
           c_done = true;
         }
       }
-      ValueId y = emit_linear(e, n, a, std::move(w), n_out, k, bias ? &*bias : nullptr, c_done ? out : out + ".ab");
+      ValueId y = emit_linear(e, n, n.inputs[0], a, std::move(w), n_out, k, bias ? &*bias : nullptr, c_done ? out : out + ".ab",
+                              static_scales_of(n.inputs[1], trans_b, alpha));
       if (!c_done) y = add_c(e, n, y, dtype, beta, out);
       e.runtime[out] = y;
       return;
@@ -1311,7 +1420,8 @@ class Importer {
       if (b_const && !e.consts.count(n.inputs[0])) {
         const Tensor& b = *e.consts.at(n.inputs[1]);
         if (b.dims.size() == 2 && b.is_float() && shape0().rank() >= 2) {
-          e.runtime[out] = emit_linear(e, n, in0(), transposed(b), b.dims[1], b.dims[0], nullptr, out);
+          e.runtime[out] = emit_linear(e, n, n.inputs[0], in0(), transposed(b), b.dims[1], b.dims[0], nullptr, out,
+                                       static_scales_of(n.inputs[1], false, 1.0));
           return;
         }
       }
@@ -1391,11 +1501,16 @@ class Importer {
     e.g.mode = opt_.mode;
     e.g.target = opt_.target;
     e.g.dims = profile;
-    e.g.recipe = Recipe::defaults(qdq_recipe_ ? *qdq_recipe_ : opt_.recipe ? *opt_.recipe : RecipeKind::bf16);
-    if (qdq_recipe_ && opt_.recipe && *opt_.recipe != *qdq_recipe_)
+    // The model's Q/DQ pairs choose the recipe; --recipe replaces it (tec's own scaling then,
+    // with the Q/DQ weights dequantized).
+    e.g.recipe = Recipe::defaults(opt_.recipe ? *opt_.recipe : qdq_recipe_ ? *qdq_recipe_ : RecipeKind::bf16);
+    if (e.g.recipe.kind == RecipeKind::fp8_static && qdq_recipe_ != RecipeKind::fp8_static)
       throw Error(ErrorKind::usage, file_ctx(),
-                  "the model's Q/DQ nodes choose the recipe " + std::string(to_string(*qdq_recipe_)) + ", --recipe asks for " +
-                      std::string(to_string(*opt_.recipe)) + "; drop --recipe or strip the Q/DQ nodes");
+                  qdq_recipe_ ? "fp8-static takes a per-tensor scale for each GEMM input from the model's Q/DQ pairs; this model's "
+                                "pairs have block scales (recipe " + std::string(to_string(*qdq_recipe_)) + ")"
+                              : std::string("fp8-static takes its scales from the model's QuantizeLinear/DequantizeLinear pairs; "
+                                            "this model has none (use fp8-current or fp8-delayed)"));
+    static_ = e.g.recipe.kind == RecipeKind::fp8_static;
     for (const auto& in : m_.inputs) {
       Value v;
       v.name = unique(e, in.name);
@@ -1502,6 +1617,8 @@ class Importer {
   std::vector<int> group_of_;
   std::set<int> qdq_gemms_;
   std::optional<RecipeKind> qdq_recipe_;
+  std::map<std::string, float> qdq_scale_;  // a static Q/DQ pair's output -> its scale
+  bool static_ = false;                      // building for fp8-static: keep the Q/DQ scales
   std::vector<Problem> problems_;
   bool malformed_ = false;  // a node outside its op's arity: nothing after check_claims runs
   std::vector<std::string> became_;

@@ -1,0 +1,322 @@
+// What exported models become: the corpus exported with torch.onnx.export (tests/onnx/corpus,
+// both exporters, several opsets and dtypes) must map onto TE ops only and have GPU code under
+// every recipe; explicitly quantized models keep their FP8 codes and scales under fp8-static;
+// and bad Q/DQ models or mismatched gated projections get one clear error naming the node.
+// Models here are built with ONNX's protobuf classes; onnxruntime agreement is
+// tests/onnx/ort_crosscheck.py's.
+#include <doctest/doctest.h>
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "compiler.h"
+#include "reference/convert.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+// A small ONNX graph, one call per element.
+struct ModelBuilder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+
+  explicit ModelBuilder(int opset = 21) : g(m.mutable_graph()) {
+    m.set_ir_version(10);
+    m.add_opset_import()->set_version(opset);
+    g->set_name("built");
+  }
+  static void tensor_type(::onnx::ValueInfoProto* v, const std::string& name, const std::vector<int64_t>& dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  }
+  void input(const std::string& name, const std::vector<int64_t>& dims) { tensor_type(g->add_input(), name, dims); }
+  void output(const std::string& name, const std::vector<int64_t>& dims) { tensor_type(g->add_output(), name, dims); }
+  void floats(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_float_data(v);
+  }
+  // FLOAT8E4M3FN codes of `values` (ONNX keeps float8 codes in int32_data).
+  void fp8(const std::string& name, const std::vector<int64_t>& dims, const std::vector<float>& values) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(17);  // FLOAT8E4M3FN, newer than Debian's libonnx 1.12 headers
+    for (int64_t d : dims) t->add_dims(d);
+    for (float v : values) t->add_int32_data(reference::float_to_e4m3(v));
+  }
+  ::onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in, const std::string& out, const std::string& name) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name);
+    for (const auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  }
+  static void attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  std::string save(const std::string& file) const {
+    const auto dir = std::filesystem::temp_directory_path() / "tec_onnx_patterns_test";
+    std::filesystem::create_directories(dir);
+    const std::string path = (dir / file).string();
+    std::ofstream(path, std::ios::binary) << m.SerializeAsString();
+    return path;
+  }
+};
+
+// y = x . DQ(W codes [K, N], weight scales) with x through a Q/DQ pair of scale `x_scale`.
+struct StaticModel {
+  int64_t t = 16, k = 128, n = 64;
+  float x_scale = 0.02f;
+  std::vector<float> codes, scales;  // codes row-major [K, N], as E4M3 values
+  std::vector<int64_t> scale_dims;    // the weight scale's dims
+  int64_t axis = 1, block = 0;
+  float q_scale_override = NAN;       // a different scale on the QuantizeLinear (bad input)
+  bool scale_is_input = false;        // the Q/DQ scale a run-time input (bad input)
+
+  StaticModel() {
+    for (int64_t i = 0; i < k * n; ++i) codes.push_back(reference::e4m3_to_float(static_cast<uint8_t>((i * 37 + 11) % 126 + (i % 2 ? 0x80 : 0))));
+    for (int64_t j = 0; j < n; ++j) scales.push_back(0.001f * static_cast<float>(1 + j % 7));
+    scale_dims = {n};
+  }
+  std::string save(const std::string& file) const {
+    ModelBuilder b;
+    b.input("x", {t, k});
+    if (scale_is_input) b.input("s", {});
+    b.output("y", {t, n});
+    if (!scale_is_input) b.floats("s", {}, {x_scale});
+    b.floats("s_q", {}, {std::isnan(q_scale_override) ? x_scale : q_scale_override});
+    b.fp8("zp", {}, {0.0f});
+    b.fp8("w_fp8", {k, n}, codes);
+    b.floats("w_scale", scale_dims, scales);
+    b.node("QuantizeLinear", {"x", std::isnan(q_scale_override) ? "s" : "s_q", "zp"}, "x_q", "quantize_x");
+    b.node("DequantizeLinear", {"x_q", "s", "zp"}, "x_dq", "dequantize_x");
+    auto* dq = b.node("DequantizeLinear", {"w_fp8", "w_scale"}, "w", "dequantize_w");
+    if (scales.size() > 1) ModelBuilder::attr(dq, "axis", axis);
+    if (block) ModelBuilder::attr(dq, "block_size", block);
+    b.node("MatMul", {"x_dq", "w"}, "y", "fc");
+    return b.save(file);
+  }
+};
+
+CompileResult compile_model(const std::string& path, std::optional<RecipeKind> recipe, const std::string& stop_after,
+                            const std::map<std::string, std::vector<int64_t>>& dims = {}) {
+  CompileOptions o;
+  o.model_path = path;
+  o.frontend.recipe = recipe;
+  o.frontend.dim_overrides = dims;
+  o.dump_after = stop_after;
+  o.archs = {};  // nothing to compile with NVRTC here
+  o.cache_dir = "";
+  return compile(o);
+}
+
+void expect_error(const std::string& path, std::optional<RecipeKind> recipe, ErrorKind kind, const std::string& node,
+                  const std::string& message) {
+  const Error e = test::error_of([&] { (void)compile_model(path, recipe, "apply_recipe"); });
+  CHECK_MESSAGE(e.kind() == kind, e.what());
+  CHECK_MESSAGE(std::string(e.what()).find(message) != std::string::npos, "expected '" << message << "' in: " << e.what());
+  CHECK_MESSAGE(std::string(e.what()).find(node) != std::string::npos, "expected node '" << node << "' in: " << e.what());
+}
+
+}  // namespace
+
+TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code under every recipe") {
+  const std::string folder = test::source_dir() + "/tests/onnx/corpus";
+  const auto manifest = nlohmann::json::parse(test::read_text(folder + "/manifest.json"));
+  int models = 0;
+  for (const auto& m : manifest["models"]) {
+    if (m.contains("error")) continue;
+    ++models;
+    const std::string file = m["file"], family = m["model"];
+    std::map<std::string, std::vector<int64_t>> dims;
+    if (m.contains("shape_args")) dims = {{"batch", {2}}, {"seq", {16}}};
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block,
+                              RecipeKind::mxfp8, RecipeKind::nvfp4}) {
+      CAPTURE(file);
+      CAPTURE(to_string(recipe));
+      const CompileResult r = compile_model(folder + "/" + file, recipe, "lower", dims);
+      std::multiset<std::string> ops;
+      for (const Node& n : r.profiles.at(0).graph.nodes) ops.insert(n.op);
+      for (const char* general : {"binary", "unary", "cast", "reduce_mean", "matmul", "transpose"})
+        CHECK_MESSAGE(ops.count(general) == 0, "a leftover '" << general << "' op");
+      CHECK_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+      if (family == "gpt_mlp") {
+        CHECK(ops.count("layernorm") == 1);
+        CHECK(ops.count("linear") == 2);
+        CHECK(ops.count("gelu") == 1);
+        CHECK(ops.count("add") == 1);
+      } else if (family == "ln_gelu_erf") {
+        CHECK(ops.count("layernorm") == 1);
+        CHECK(ops.count("linear") == 1);
+        CHECK(ops.count("gelu") == 1);
+      } else {  // llama_mlp_hf, llama_mlp_swap: gate and up as one linear, then swiglu
+        CHECK(ops.count("rmsnorm") == 1);
+        CHECK(ops.count("linear") == 2);
+        CHECK(ops.count("swiglu") == 1);
+        CHECK(ops.count("add") == 1);
+      }
+    }
+  }
+  CHECK(models >= 20);
+}
+
+TEST_CASE("a Cast to the type its input already has is skipped, and the report says so") {
+  const std::string path = test::source_dir() + "/tests/onnx/corpus/llama_mlp_hf.fp32.legacy17.2d.onnx";
+  const CompileResult r = compile_model(path, RecipeKind::bf16, "frontend");
+  int casts = 0;
+  for (const auto& n : r.onnx_nodes)
+    if (n.op_type == "Cast") {
+      ++casts;
+      CHECK(n.became.find("a Cast to the type its input already has") != std::string::npos);
+    }
+  CHECK(casts == 2);  // Hugging Face's .to(float32) and .to(input_dtype) around RMSNorm
+}
+
+TEST_CASE("fp8-static keeps the model's FP8 codes and scales: per tensor, per output channel, per block along K") {
+  struct Case {
+    const char* name;
+    std::vector<float> scales;
+    int64_t axis, block;
+    int block_rows, block_cols;
+  };
+  StaticModel base;
+  std::vector<float> blocks;
+  for (int64_t i = 0; i < (base.k / 64) * base.n; ++i) blocks.push_back(0.0005f * static_cast<float>(1 + i % 5));
+  for (const Case& c : {Case{"per tensor", {0.003f}, 1, 0, 0, 0}, Case{"per channel", base.scales, 1, 0, 1, 0},
+                        Case{"block_size 64 along K", blocks, 0, 64, 1, 64}}) {
+    CAPTURE(std::string(c.name));
+    StaticModel model;
+    model.scales = c.scales;
+    model.scale_dims = c.scales.size() == 1 ? std::vector<int64_t>{} : c.block ? std::vector<int64_t>{model.k / c.block, model.n}
+                                                                                : std::vector<int64_t>{model.n};
+    model.axis = c.axis;
+    model.block = c.block;
+    const std::string path = model.save("static.onnx");
+    const CompileResult r = compile_model(path, std::nullopt, "");  // the Q/DQ pairs choose fp8-static
+    const Graph& g = r.profiles.at(0).graph;
+    REQUIRE(g.recipe.kind == RecipeKind::fp8_static);
+    const Node& fc = test::node_named(g, "fc");
+    const Value& x = g.value(fc.inputs[0]);
+    const Value& w = g.value(fc.inputs[1]);
+    REQUIRE(x.proto.quantizer);
+    CHECK(x.proto.quantizer->kind == QuantizerKind::fp8_static);
+    CHECK(x.proto.quantizer->static_scale_inv == model.x_scale);
+    REQUIRE(w.proto.quantizer);
+    CHECK(w.proto.quantizer->block_rows == c.block_rows);
+    CHECK(w.proto.quantizer->block_cols == c.block_cols);
+    // The plan's constants hold the model's codes (transposed to [N, K]) and scales, bit for bit.
+    const auto& manifest = r.plan->manifest;
+    const auto constants = r.plan->blobs.at(0).bytes.span();
+    std::vector<uint8_t> data, scale_bytes;
+    for (const auto& b : manifest["profiles"][0]["buffers"]) {
+      if (b["tensor"] != w.name) continue;
+      const size_t offset = b["offset"], bytes = b["bytes"];
+      (b["role"] == "data" ? data : scale_bytes).assign(constants.begin() + static_cast<long>(offset),
+                                                        constants.begin() + static_cast<long>(offset + bytes));
+    }
+    REQUIRE(data.size() == static_cast<size_t>(model.k * model.n));
+    int codes_differing = 0;
+    for (int64_t row = 0; row < model.n; ++row)
+      for (int64_t col = 0; col < model.k; ++col)
+        codes_differing += data[static_cast<size_t>(row * model.k + col)] !=
+                           reference::float_to_e4m3(model.codes[static_cast<size_t>(col * model.n + row)]);
+    CHECK(codes_differing == 0);
+    std::vector<float> stored(scale_bytes.size() / 4);
+    std::memcpy(stored.data(), scale_bytes.data(), scale_bytes.size());
+    std::vector<float> expected = c.scales;
+    if (c.block)  // ONNX's [K / B, N] is tec's [N, K / B]
+      for (int64_t row = 0; row < model.n; ++row)
+        for (int64_t kb = 0; kb < model.k / c.block; ++kb)
+          expected[static_cast<size_t>(row * (model.k / c.block) + kb)] = c.scales[static_cast<size_t>(kb * model.n + row)];
+    CHECK(stored == expected);
+  }
+}
+
+TEST_CASE("--recipe replaces the recipe the Q/DQ pairs choose; fp8-static needs them") {
+  StaticModel model;
+  const std::string path = model.save("static_replaced.onnx");
+  const CompileResult r = compile_model(path, RecipeKind::fp8_current, "apply_recipe");
+  CHECK(r.profiles.at(0).graph.recipe.kind == RecipeKind::fp8_current);
+  expect_error(test::source_dir() + "/examples/onnx/gpt_mlp.onnx", RecipeKind::fp8_static, ErrorKind::usage, "",
+               "fp8-static takes its scales from the model's QuantizeLinear/DequantizeLinear pairs; this model has none");
+}
+
+TEST_CASE("bad Q/DQ scales and block sizes are named, with the node") {
+  struct Bad {
+    const char* what;
+    std::function<void(StaticModel&)> edit;
+    std::string node, message;
+    ErrorKind kind = ErrorKind::unsupported;  // the import lists every node it cannot compile, as exit code 4
+  };
+  const std::vector<Bad> cases = {
+      {"zero activation scale", [](StaticModel& m) { m.x_scale = 0.0f; }, "quantize_x", "its scale must be a positive finite number, got 0"},
+      {"negative activation scale", [](StaticModel& m) { m.x_scale = -0.5f; }, "quantize_x",
+       "its scale must be a positive finite number, got -0.5"},
+      {"NaN activation scale", [](StaticModel& m) { m.x_scale = NAN; }, "quantize_x", "its scale must be a positive finite number, got nan"},
+      {"Q and DQ scales differ", [](StaticModel& m) { m.q_scale_override = 0.5f; }, "quantize_x", "different scales"},
+      {"run-time scale", [](StaticModel& m) { m.scale_is_input = true; }, "quantize_x", "input 1 ('s') must be a constant"},
+      {"zero weight scale", [](StaticModel& m) { m.scales[3] = 0.0f; }, "dequantize_w",
+       "DequantizeLinear 'dequantize_w' of weight 'w': its scale must be a positive finite number, got 0 at index 3"},
+      {"block_size that does not divide K",
+       [](StaticModel& m) {
+         m.block = 96;
+         m.axis = 0;
+         m.scales.assign(2 * static_cast<size_t>(m.n), 0.001f);
+         m.scale_dims = {2, m.n};  // ceil(128 / 96) blocks, as ONNX lays them out
+       },
+       "dequantize_w", "block_size 96 does not divide K=128"},
+      {"per-axis scales along K",
+       [](StaticModel& m) {
+         m.axis = 0;
+         m.scales.assign(static_cast<size_t>(m.k), 0.001f);
+         m.scale_dims = {m.k};
+       },
+       "dequantize_w", "per-axis scales along K"},
+  };
+  for (const Bad& bad : cases) {
+    CAPTURE(std::string(bad.what));
+    StaticModel model;
+    bad.edit(model);
+    const std::string path = model.save("bad.onnx");
+    const Error e = test::error_of([&] { (void)compile_model(path, std::nullopt, "apply_recipe"); });
+    const std::string what = e.what();
+    CHECK_MESSAGE(e.kind() == bad.kind, what);
+    CHECK_MESSAGE(what.find(bad.message) != std::string::npos, "expected '" << bad.message << "' in: " << what);
+    CHECK_MESSAGE(what.find(bad.node) != std::string::npos, "expected node '" << bad.node << "' in: " << what);
+  }
+}
+
+TEST_CASE("a gated MLP whose gate and up projections differ in shape is named as such") {
+  ModelBuilder b;
+  b.input("x", {8, 32});
+  b.output("y", {8, 32});
+  std::vector<float> w(32 * 64, 0.01f), up(32 * 48, 0.02f);
+  b.floats("w_gate", {32, 64}, w);
+  b.floats("w_up", {32, 48}, up);
+  b.node("MatMul", {"x", "w_gate"}, "g", "gate_proj");
+  b.node("Sigmoid", {"g"}, "s", "sigmoid");
+  b.node("Mul", {"g", "s"}, "a", "silu");
+  b.node("MatMul", {"x", "w_up"}, "u", "up_proj");
+  b.node("Mul", {"a", "u"}, "y", "gate_times_up");
+  const Error e = test::error_of([&] { (void)compile_model(b.save("gated.onnx"), RecipeKind::bf16, "frontend"); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK_MESSAGE(std::string(e.what()).find("node 'gate_times_up' (Mul, opset 21): gated MLP: the gate projection ('gate_proj') maps 32 "
+                                           "features to 64, the up projection ('up_proj') 32 to 48") != std::string::npos,
+                e.what());
+}
+
+}  // namespace tec
