@@ -173,14 +173,23 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
                         {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
                         {"scratch_naive_bytes", p.memory.scratch_naive_bytes},
                         {"constant_bytes", p.memory.constant_bytes},
-                        {"gpu", {{"supported", p.gpu.supported}, {"reason", p.gpu.reason}}}});
+                        {"gpu", p.gpu.supported ? nlohmann::json{{"supported", true}}
+                                                : nlohmann::json{{"supported", false}, {"reason", p.gpu.reason}, {"step", p.gpu.step},
+                                                                 {"node", p.gpu.node}, {"op", p.gpu.op}}}});
   }
   nlohmann::json timings = nlohmann::json::object();
   for (const auto& t : result.timings) timings[t.pass] = t.milliseconds;
   nlohmann::json report{{"model", model}, {"profiles", profiles}, {"timings_ms", timings}};
   if (tec::is_onnx_path(model)) {
+    // What each ONNX node became, and whether that runs on the GPU (the first profile's lowering
+    // names the tec node that stops it).
+    const auto& gpu = result.profiles.at(0).gpu;
     nlohmann::json nodes = nlohmann::json::array();
-    for (const auto& n : result.onnx_nodes) nodes.push_back({{"node", n.node}, {"op_type", n.op_type}, {"became", n.became}});
+    for (const auto& n : result.onnx_nodes) {
+      nlohmann::json entry{{"node", n.node}, {"op_type", n.op_type}, {"became", n.became}};
+      if (!gpu.supported && gpu.node == n.node) entry["gpu"] = gpu.reason;
+      nodes.push_back(std::move(entry));
+    }
     report["onnx_nodes"] = nodes;
   }
   return report;

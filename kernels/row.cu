@@ -10,7 +10,9 @@
 // (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
 // ops: 10 unary math (TEC_UNARY), 11 binary with numpy broadcasting (TEC_BINARY; the output's
 // dims TEC_BCAST_DIMS and each operand's element strides into them, 0 where it broadcasts),
-// 12 the mean of an input row of TEC_IN_N elements (an output row of one element), 13 a GEMM's
+// 12 the mean of an input row of TEC_IN_N elements (an output row of one element), 14 l2norm
+// (x / sqrt(sum x^2 + eps)), 15 a gather through strides (transpose: the output's dims
+// TEC_BCAST_DIMS, the input's element strides in TEC_A_STRIDES), 13 a GEMM's
 // fp32 product with its epilogue in fp32: + bias (TEC_EPI_BIAS, a dtype code), activation
 // (TEC_ACT), + residual (TEC_EPI_RESIDUAL). Dequantize also takes fp8-static's scales: TEC_DQ
 // 6 one per row, 7 one per 1 x TEC_DQ_BLOCK block (row-major [M, K / TEC_DQ_BLOCK]).
@@ -102,7 +104,7 @@ struct TecRow {
 // Norm rows up to this length are staged in shared memory once (16-byte loads), instead of
 // being read from global memory three times (sum, squares, output).
 #define TEC_STAGE_LIMIT 8192
-#if (TEC_PRODUCER == 2 || TEC_PRODUCER == 3) && TEC_N <= TEC_STAGE_LIMIT
+#if (TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14) && TEC_N <= TEC_STAGE_LIMIT
 #define TEC_STAGED 1
 #else
 #define TEC_STAGED 0
@@ -115,17 +117,21 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   const void* in2 = (const void*)args.slot[2];
 #if TEC_PRODUCER == 1
   return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
-#elif TEC_PRODUCER == 2 || TEC_PRODUCER == 3
+#elif TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
 #if TEC_STAGED
   const float x = row.staged[i];
 #else
   const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
 #endif
+#if TEC_PRODUCER == 14
+  return x * row.rsigma;
+#else
   float v = (x - row.mean) * row.rsigma * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
 #if TEC_PRODUCER == 2
   v += tec_load<TEC_PARAM_DTYPE>(in2, i);
 #endif
   return v;
+#endif
 #elif TEC_PRODUCER == 4
   return tec_activation(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
 #elif TEC_PRODUCER == 5
@@ -152,6 +158,15 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, a), tec_load<TEC_PARAM_DTYPE>(in1, b));
 #elif TEC_PRODUCER == 12
   return row.mean;
+#elif TEC_PRODUCER == 15
+  const i64 dims[] = {TEC_BCAST_DIMS}, strides[] = {TEC_A_STRIDES};
+  i64 e = row.r * TEC_N + i, a = 0;
+#pragma unroll
+  for (int d = (int)(sizeof(dims) / sizeof(dims[0])) - 1; d >= 0; --d) {
+    a += (e % dims[d]) * strides[d];
+    e /= dims[d];
+  }
+  return tec_load<TEC_IN_DTYPE>(in0, a);
 #elif TEC_PRODUCER == 13
   float v = ((const float*)in0)[row.r * TEC_N + i];
 #ifdef TEC_EPI_BIAS
@@ -234,7 +249,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   row.rsigma = 1.0f;
   row.staged = nullptr;
   const int t = threadIdx.x;
-#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3
+#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
   {
     const void* in0 = (const void*)args.slot[0];
 #if TEC_STAGED
@@ -270,7 +285,11 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     }
 #undef TEC_X
     const float var = tec_block_sum(local, scratch);
+#if TEC_PRODUCER == 14
+    row.rsigma = 1.0f / sqrtf(var + TEC_EPS);  // l2norm: the sum itself, not its mean
+#else
     row.rsigma = 1.0f / sqrtf(var / (float)TEC_N + TEC_EPS);
+#endif
   }
 #endif
 

@@ -325,7 +325,13 @@ class StepLowering {
       p.per_element = false;
       p.rows = out.proto.shape.numel();
       p.cols = 1;
-    } else if (op == "identity" || op == "reshape" || op == "quantize" || op == "cast") {
+    } else if (op == "l2norm") {
+      p.defines = {"TEC_PRODUCER=14", in_dtype(), "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-6))};
+      p.inputs = {buf(data(x)), {}, {}};
+      p.per_element = false;
+    } else if (op == "transpose") {
+      p = transpose_producer(first);
+    } else if (op == "identity" || op == "reshape" || op == "quantize" || op == "cast" || (op == "dropout" && g_.mode == Mode::infer)) {
       if (x.proto.quantizer) throw NotLowered{"'" + first.name + "' copies a quantized tensor"};
       p = load(data(x), x.proto.dtype, "input '" + x.name + "'");
     } else if (op == "dequantize") {
@@ -363,6 +369,28 @@ class StepLowering {
     for (const Value* operand : {&a, &b})
       if (operand->proto.quantizer) throw NotLowered{"binary '" + n.name + "' reads quantized '" + operand->name + "'"};
     p.inputs = {buf(data(a)), buf(data(b)), {}};
+    return p;
+  }
+
+  // transpose as a gather: output element (c_0, ..., c_n) reads the input at sum c_d * stride[perm[d]].
+  Producer transpose_producer(const Node& n) const {
+    const Value& x = input(n, 0);
+    const Shape& out = output(n).proto.shape;
+    std::vector<int64_t> perm = n.attrs.get_ints("perm");
+    if (perm.empty())
+      for (size_t d = out.rank(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
+    const std::vector<int64_t> in_strides = x.proto.shape.contiguous_strides();
+    std::string dims_text = out.rank() ? "" : "1LL", strides_text = out.rank() ? "" : "0LL";
+    for (size_t d = 0; d < out.rank(); ++d) {
+      const int64_t p = perm[d] < 0 ? perm[d] + static_cast<int64_t>(out.rank()) : perm[d];
+      dims_text += (d ? "," : "") + std::to_string(out.dims[d]) + "LL";
+      strides_text += (d ? "," : "") + std::to_string(in_strides.at(static_cast<size_t>(p))) + "LL";
+    }
+    if (x.proto.quantizer) throw NotLowered{"transpose '" + n.name + "' reads quantized '" + x.name + "'"};
+    Producer p;
+    p.defines = {"TEC_PRODUCER=15", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
+                 "TEC_BCAST_DIMS=" + dims_text, "TEC_A_STRIDES=" + strides_text};
+    p.inputs = {buf(data(x)), {}, {}};
     return p;
   }
 
@@ -723,8 +751,14 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
     const bool fp8_mma = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) >= 89; });
     const bool mid_m = target.mid_m_gemm && !archs.empty() &&
                        std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) == 90; });
-    for (size_t i = 0; i < schedule.steps.size(); ++i)
+    for (size_t i = 0; i < schedule.steps.size(); ++i) {
+      const Step& step = schedule.steps[i];
+      result.step = step.name;
+      result.node = step.nodes.empty() ? "" : g.node(step.nodes[0]).name;
+      result.op = step.nodes.empty() ? "" : g.node(step.nodes[0]).op;
       StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, mid_m, layouts).lower();
+    }
+    result.step = result.node = result.op = "";
   } catch (const NotLowered& e) {
     result.supported = false;
     result.reason = e.reason;

@@ -65,6 +65,7 @@ std::string_view to_string(Launch::Kind kind);
 struct GpuLowering {
   bool supported = false;
   std::string reason = "not lowered";  // why not, naming the step and op
+  std::string step, node, op;          // unsupported: the step the lowering stopped at, its first node and op
   std::vector<Launch> launches;
   std::vector<std::string> small_m_weights;  // data buffers of weights some small-M GEMM reads as W
   std::vector<std::string> mid_m_weights;    // ... that a mid-M GEMM could read, given its device layout

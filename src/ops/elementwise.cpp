@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "ops/common.h"
+#include "tec_math.h"
 
 namespace tec {
 
@@ -69,8 +70,9 @@ std::vector<HostTensor> reference_l2norm(const Attributes& attrs, const std::vec
   const int64_t m = out.shape.rows(), k = out.shape.cols();
   const auto eps = static_cast<float>(attrs.get_float("eps", 1e-6));
   for (int64_t r = 0; r < m; ++r) {
-    float sum = 0.0f;
-    for (int64_t i = 0; i < k; ++i) sum += out.values[static_cast<size_t>(r * k + i)] * out.values[static_cast<size_t>(r * k + i)];
+    // Summed in the GPU row kernel's order (tec_row_sum_order), so that both compute the same bits.
+    const float* row = &out.values[static_cast<size_t>(r * k)];
+    const float sum = tec_row_sum_order(k, [&](long long i) { return row[i] * row[i]; });
     const float rnorm = 1.0f / std::sqrt(sum + eps);
     for (int64_t i = 0; i < k; ++i) out.values[static_cast<size_t>(r * k + i)] *= rnorm;
   }

@@ -320,3 +320,21 @@ TEST_CASE("a gated MLP whose gate and up projections differ in shape is named as
 }
 
 }  // namespace tec
+
+namespace tec {
+
+TEST_CASE("a plan runs on the CPU only for an op with no GPU form, and the lowering names it") {
+  ModelBuilder b;  // x @ x^T: a MatMul of two run-time operands, the one ONNX op tec runs on the CPU only
+  b.input("x", {8, 16});
+  b.output("y", {8, 8});
+  b.node("Transpose", {"x"}, "xt", "turn");
+  b.node("MatMul", {"x", "xt"}, "y", "self_product");
+  const CompileResult r = compile_model(b.save("runtime_matmul.onnx"), RecipeKind::bf16, "lower");
+  const auto& gpu = r.profiles.at(0).gpu;
+  CHECK_FALSE(gpu.supported);
+  CHECK(gpu.op == "matmul");
+  CHECK(gpu.node == "self_product");
+  CHECK(gpu.reason == "op 'matmul' (node 'self_product') has no GPU kernel yet");
+}
+
+}  // namespace tec

@@ -31,41 +31,45 @@ using onnx::tec_dtype;
 using onnx::unsqueeze_dims;
 
 const std::vector<OnnxOpClaim> kClaims = {
-    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear (GPU), anything else a general matmul (CPU reference)"},
+    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (the one op here "
+                     "that runs on the CPU reference only)"},
     {"Gemm", 13, 2, 3, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
-                     "other forms run as transpose/matmul/scale/add on the CPU reference"},
+                     "other forms run as transpose/matmul/scale/add (their matmul on the CPU reference only)"},
     {"Add", 13, 2, 2, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
-                    "broadcasts a general add (CPU reference)"},
-    {"Sub", 13, 2, 2, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside a LayerNorm pattern)"},
-    {"Mul", 13, 2, 2, {}, "float tensors; by a constant scalar becomes scale, otherwise numpy broadcasting (CPU reference)"},
-    {"Div", 13, 2, 2, {}, "float tensors, numpy broadcasting (CPU reference; GPU inside GELU/LayerNorm patterns)"},
+                    "broadcasts a general add (a GPU row kernel)"},
+    {"Sub", 13, 2, 2, {}, "float tensors, numpy broadcasting (a GPU row kernel, or part of a LayerNorm pattern)"},
+    {"Mul", 13, 2, 2, {}, "float tensors; by a constant scalar becomes scale, otherwise numpy broadcasting (a GPU row kernel)"},
+    {"Div", 13, 2, 2, {}, "float tensors, numpy broadcasting (a GPU row kernel, or part of a GELU/LayerNorm pattern)"},
     {"Relu", 13, 1, 1, {}, "float tensors"},
     {"Gelu", 20, 1, 1, {}, "approximate 'none' (erf) or 'tanh'"},
-    {"Sigmoid", 13, 1, 1, {}, "float tensors (CPU reference; GPU as x*sigmoid(x) = silu)"},
-    {"Tanh", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the GELU tanh pattern)"},
-    {"Erf", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the GELU erf pattern)"},
-    {"Sqrt", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside norm patterns)"},
-    {"Reciprocal", 13, 1, 1, {}, "float tensors (CPU reference; GPU inside the RMSNorm pattern)"},
-    {"Neg", 13, 1, 1, {}, "float tensors (CPU reference)"},
-    {"Pow", 13, 2, 2, {}, "float tensors, float exponent (CPU reference; GPU inside GELU/norm patterns)"},
-    {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (CPU reference; GPU inside norm patterns)"},
-    {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops (CPU reference)"},
+    {"Sigmoid", 13, 1, 1, {}, "float tensors (a GPU row kernel; x*sigmoid(x) becomes silu)"},
+    {"Tanh", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of the GELU tanh pattern)"},
+    {"Erf", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of the GELU erf pattern)"},
+    {"Sqrt", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of a norm pattern)"},
+    {"Reciprocal", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of the RMSNorm pattern)"},
+    {"Neg", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
+    {"Pow", 13, 2, 2, {}, "float tensors, float exponent (a GPU row kernel, or part of a GELU/norm pattern)"},
+    {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (over the last dim alone a GPU row kernel, other axes the CPU reference "
+                                    "only; or part of a norm pattern)"},
+    {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops"},
     {"RMSNormalization", 23, 2, 2, {1}, "Scale constant"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
-    {"Transpose", 13, 1, 1, {}, "float tensors (CPU reference)"},
+    {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
     {"Squeeze", 13, 1, 2, {1}, "axes constant"},
     {"Unsqueeze", 13, 1, 2, {1}, "axes constant"},
     {"Identity", 13, 1, 1, {}, "tensors only"},
-    {"Cast", 13, 1, 1, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (CPU reference); any type in constant subgraphs"},
+    {"Cast", 13, 1, 1, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (a GPU row kernel; none at all when the input has "
+                     "that type already); any type in constant subgraphs"},
     {"Constant", 13, 0, 0, {}, ""},
     {"Shape", 13, 1, 1, {}, "folded: tec fixes every shape per profile"},
     {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
     {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
-                                   "chooses the recipe: a scalar scale fp8-current, block_size 128 fp8-block, block_size 32 "
-                                   "with E8M0 scales mxfp8. tec recomputes the scales from amax"},
-    {"DequantizeLinear", 13, 2, 3, {1, 2}, "on a constant (stored FP8/INT8 weights, folded), or closing a Q->DQ pair"},
+                                   "chooses the recipe: a scalar scale fp8-static (the model's scales kept), block_size 128 "
+                                   "fp8-block, block_size 32 with E8M0 scales mxfp8 (scales computed at run time)"},
+    {"DequantizeLinear", 13, 2, 3, {1, 2}, "on a constant (stored FP8/INT8 weights: folded, or under fp8-static the FP8 codes and scales "
+                                     "kept, per tensor, per output channel or block_size along K), or closing a Q->DQ pair"},
 };
 
 const OnnxOpClaim* find_claim(const std::string& op) {
