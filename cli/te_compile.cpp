@@ -23,7 +23,9 @@ const char* kFooter = R"(
 Examples:
   te-compile examples/mlp_tiny.json -o mlp_tiny.teplan --recipe fp8-delayed   # write a plan
   te-compile examples/onnx/gpt_mlp.onnx -o g.teplan --recipe fp8-current --report r.json  # an ONNX model;
-                                                     # r.json says what each ONNX node became
+                                                     # r.json says what each ONNX node became, and
+                                                     # which op keeps a plan off the GPU, if one does
+  te-compile calibrated_qdq.onnx -o q.teplan             # FP8 Q/DQ pairs: recipe fp8-static, the model's scales
   te-compile model.onnx --shape batch=4 --shape seq=128 -o m.teplan  # ONNX symbolic dims by name
   te-compile --onnx-ops                                  # the ONNX ops tec reads, and their limits
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
@@ -211,7 +213,8 @@ int main(int argc, char** argv) {
                                        "as JSON and exit");
   app.add_option("-o,--output", output, "plan file to write (.teplan), through a temporary file and a rename; "
                                         "'-' or /dev/stdout writes to stdout");
-  app.add_option("--recipe", recipe, "bf16 | fp8-current | fp8-delayed | fp8-block | mxfp8 | nvfp4 (replaces the model's)");
+  app.add_option("--recipe", recipe, "bf16 | fp8-current | fp8-delayed | fp8-block | mxfp8 | nvfp4 | fp8-static (replaces the "
+                                     "model's; an ONNX model's FP8 Q/DQ pairs choose fp8-static, which keeps their scales)");
   app.add_option("--shape", shapes, "fix a dim: DIM=SIZE, e.g. T=2048 (repeatable); selects one profile");
   app.add_option("--profiles", profiles, "replace a dim's profile list: DIM=S1,S2,..., e.g. T=16,128,2048");
   app.add_option("--mode", mode, "infer: forward only; train: forward + backward layout (saved tensors, gradients)")
@@ -222,8 +225,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember(tec::kPassNames));
   app.add_option("--disable-pass", disabled, "turn an optional pass off: fusion (one step per op)")
       ->check(CLI::IsMember(tec::kOptionalPasses));
-  app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, and timings; "
-                                     "for ONNX models also what every ONNX node became");
+  app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, GPU support (without "
+                                     "it: the step, node and op that has no GPU form, and why), and timings; for ONNX models "
+                                     "also what every ONNX node became");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
   app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "

@@ -29,11 +29,11 @@ BATCH, SEQ = 2, 16
 
 
 class GptMlp(nn.Module):
-    def __init__(self):
+    def __init__(self, hidden=HIDDEN, ffn=FFN_GPT):
         super().__init__()
-        self.ln = nn.LayerNorm(HIDDEN, eps=1e-5)
-        self.fc1 = nn.Linear(HIDDEN, FFN_GPT)
-        self.fc2 = nn.Linear(FFN_GPT, HIDDEN)
+        self.ln = nn.LayerNorm(hidden, eps=1e-5)
+        self.fc1 = nn.Linear(hidden, ffn)
+        self.fc2 = nn.Linear(ffn, hidden)
 
     def forward(self, x):
         return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x)), approximate="tanh"))

@@ -112,7 +112,8 @@ class StepLowering {
   // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
   // only the cast pass runs.
   void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr) {
-    const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows(), cols = producer.cols ? producer.cols : v.proto.shape.cols();
+    const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows();
+    const int64_t cols = producer.cols ? producer.cols : v.proto.shape.cols();
     if (v.proto.usage.columnwise)
       throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
     std::vector<std::string> defines = producer.defines;
@@ -174,7 +175,8 @@ class StepLowering {
           memset(slots[4].buffer);
           break;
         case QuantizerKind::fp8_static:
-          if (q.static_scale_inv <= 0.0f) throw NotLowered{"'" + v.name + "' has per-row or block static scales, which only constant weights get"};
+          if (q.static_scale_inv <= 0.0f)
+            throw NotLowered{"'" + v.name + "' has per-row or block static scales, which only constant weights get"};
           defines.push_back("TEC_OUT=15");
           defines.push_back("TEC_STATIC_SCALE_INV=" + float_literal(q.static_scale_inv));
           slots[4] = buf(role(v, BufferRole::scale_inv));
@@ -394,6 +396,14 @@ class StepLowering {
     return p;
   }
 
+  // The residual a GEMM step's add reads: the add's input that this step did not make.
+  const Value& residual_of(const Node& add, const Node& linear, const Node* act) const {
+    const ValueId made_here = add.inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
+    const Value& r = g_.value(add.inputs[static_cast<size_t>(1 - made_here)]);
+    if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
+    return r;
+  }
+
   void lower_gemm() {
     const Node& linear = node(0);
     if (linear.attrs.get_string("tp_mode", "none") != "none")
@@ -420,7 +430,8 @@ class StepLowering {
     const auto kind = x.proto.quantizer ? std::optional(x.proto.quantizer->kind) : std::nullopt;
     // An fp16 model's 16-bit GEMMs run in fp16: cuBLASLt takes no bf16 operands with an fp16 D
     // or an fp16 bias (measured on the H100).
-    const bool fp16_model = (has_bias && input(linear, 2).proto.dtype == DType::fp16) || (!out.proto.quantizer && out.proto.dtype == DType::fp16);
+    const bool fp16_model =
+        (has_bias && input(linear, 2).proto.dtype == DType::fp16) || (!out.proto.quantizer && out.proto.dtype == DType::fp16);
     const DType half = fp16_model ? DType::fp16 : DType::bf16;
     const bool dequantized = kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4);
     if (dequantized) {
@@ -438,6 +449,9 @@ class StepLowering {
       gemm.b = {data(x), x.proto.quantizer->dtype, role(x, BufferRole::scale_inv), block ? "vec128" : "tensor"};
     } else {
       if (w.proto.quantizer) throw NotLowered{"linear '" + linear.name + "' has a quantized weight but an unquantized input"};
+      if (w.proto.dtype != x.proto.dtype)
+        throw NotLowered{"linear '" + linear.name + "' multiplies " + std::string(tec::to_string(x.proto.dtype)) + " '" + x.name +
+                         "' by a " + std::string(tec::to_string(w.proto.dtype)) + " weight; cuBLASLt takes operands of one type"};
       gemm.a = {data(w), w.proto.dtype, "", "none"};
       gemm.b = {data(x), x.proto.dtype, "", "none"};
     }
@@ -453,9 +467,7 @@ class StepLowering {
     gemm.epilogue = act_name.empty() ? (has_bias ? "bias" : "default") : act_name + (has_bias ? "_bias" : "");
     DType residual_type = DType::bf16;
     if (residual_add) {
-      const ValueId made_here = residual_add->inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
-      const Value& r = g_.value(residual_add->inputs[static_cast<size_t>(1 - made_here)]);
-      if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
+      const Value& r = residual_of(*residual_add, linear, act);
       gemm.c = data(r);
       residual_type = r.proto.dtype;
       if (r.proto.dtype != (out.proto.quantizer ? DType::bf16 : out.proto.dtype))
@@ -539,7 +551,7 @@ class StepLowering {
     }
     const bool whole_tensor_amax = q.kind == QuantizerKind::fp8_current || q.kind == QuantizerKind::nvfp4;
     step_.fusions.push_back("gpu: " + std::string(tec::to_string(q.kind)) + " output of '" + out.name +
-                            "' staged in bf16, then quantized by a row kernel (" +
+                            "' staged in " + std::string(tec::to_string(staging_type)) + ", then quantized by a row kernel (" +
                             (whole_tensor_amax ? "its scale needs the whole output's amax first"
                                                : "cuBLASLt does not write this format") +
                             ")");
@@ -578,13 +590,12 @@ class StepLowering {
       epilogue += ", bias";
     }
     if (act) {
-      p.defines.push_back(std::string("TEC_ACT=") + (act->op == "relu" ? "3" : act->attrs.get_string("approximate", "tanh") == "tanh" ? "1" : "2"));
+      const bool tanh = act->attrs.get_string("approximate", "tanh") == "tanh";
+      p.defines.push_back(std::string("TEC_ACT=") + (act->op == "relu" ? "3" : tanh ? "1" : "2"));
       epilogue += ", " + act->op;
     }
     if (residual_add) {
-      const ValueId made_here = residual_add->inputs[0] == (act ? act->outputs[0] : linear.outputs[0]) ? 0 : 1;
-      const Value& r = g_.value(residual_add->inputs[static_cast<size_t>(1 - made_here)]);
-      if (r.proto.quantizer) throw NotLowered{"residual '" + r.name + "' is quantized"};
+      const Value& r = residual_of(*residual_add, linear, act);
       p.defines.push_back("TEC_EPI_RESIDUAL=" + std::to_string(dtype_code(r.proto.dtype, "residual '" + r.name + "'")));
       p.inputs[2] = buf(data(r));
       epilogue += ", residual";

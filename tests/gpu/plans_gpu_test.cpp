@@ -1,5 +1,5 @@
 // Whole plans on the GPU, for every example under every recipe (and tests/gpu/general_ops.json,
-// the general ops as row kernels):
+// the general ops as row kernels; fp16 GEMMs are the onnxruntime cross-check's, onnx_gpu):
 // - each kernel step, run on the CPU from the GPU's arena before it, matches the GPU's
 //   output bytes exactly (data, scale_inv, amax): the quantize kernels are bit-identical;
 // - the final output is within the recipe's bound of the fp64 model (tests/fp64_model.h),
@@ -235,7 +235,7 @@ int plans_test(const std::string& arch) {
   // reads them tiled; with T=32 next to T=128 (cuBLASLt) above, it reads them row-major.
   for (RecipeKind r : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp_tiny.json", r, {5}, "small_m_tiles"});
   // The general ops (l2norm, dropout, transpose, unary, binary with broadcasting, reduce_mean,
-  // cast) as row kernels, and an fp16 GEMM: what ONNX models of unusual spelling become.
+  // cast, fp16 tensors) as row kernels: what ONNX models of unusual spelling become.
   for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})
     cases.push_back({"tests/gpu/general_ops.json", r, {32, 96}});
   if (!std::getenv("TEC_GPU_TEST_SMALL")) {

@@ -2,7 +2,10 @@
 # compute-sanitizer's four tools on every example plan (run on the GPU machine):
 #   bash tests/gpu/sanitize.sh BUILD_DIR OUT_DIR
 # Compiles every example model - examples/mlp_tiny.json under every recipe, swiglu_mlp.json,
-# mlp.json (its T=16 profile) and the ONNX models in examples/onnx - runs each plan with te-run
+# mlp.json (its T=16 profile) and the ONNX models in examples/onnx - and the general ops
+# (tests/gpu/general_ops.json), an fp16 and an fp32 export of the corpus (fp16 GEMMs, fp32
+# staging of MXFP8's dequantized GEMM) and a static Q/DQ model (fp8-static's dequantize path
+# and epilogue kernel, built by tests/onnx/ort_crosscheck.py), runs each plan with te-run
 # (2 graph replays) under memcheck (with leak check), racecheck, initcheck and synccheck, and
 # parses each tool's summary line. Exits 1 if any tool reports an error or prints no summary.
 #
@@ -32,18 +35,26 @@ if python3 -c "import torch, sys; sys.exit(not torch.cuda.is_available())" 2> /d
 else
   echo "cuBLASLt witness skipped: no PyTorch with CUDA; every racecheck error counts"
 fi
+static_model="$out/static_per_channel.onnx"
+python3 -c "import sys, numpy; sys.path.insert(0, 'tests/onnx'); import ort_crosscheck as c; \
+open('$static_model', 'wb').write(c.static_mlp_model(numpy.random.default_rng(1), 'channel').SerializeToString())" ||
+  { echo "could not build $static_model"; failed=1; }
 printf "%-40s %-10s %s\n" plan tool errors
 # model file : recipe ("-": the model's own) : extra te-compile arguments
 for entry in mlp_tiny.json:bf16 mlp_tiny.json:fp8-current mlp_tiny.json:fp8-delayed mlp_tiny.json:fp8-block \
              mlp_tiny.json:mxfp8 mlp_tiny.json:nvfp4 swiglu_mlp.json:fp8-delayed "mlp.json:fp8-delayed:--shape T=16" \
-             onnx/gpt_mlp.onnx:- onnx/gpt_mlp_opset13_torchscript.onnx:- onnx/llama_mlp.onnx:- onnx/llama_mlp_opset18.onnx:-; do
+             onnx/gpt_mlp.onnx:- onnx/gpt_mlp_opset13_torchscript.onnx:- onnx/llama_mlp.onnx:- onnx/llama_mlp_opset18.onnx:- \
+             tests/gpu/general_ops.json:fp8-current tests/onnx/corpus/llama_mlp_hf.fp16.dynamo18.2d.onnx:fp8-delayed \
+             tests/onnx/corpus/gpt_mlp.fp32.dynamo18.3d.onnx:mxfp8 "$static_model:-"; do
   IFS=: read -r file recipe compile_extra <<< "$entry"
   name=$(basename "${file%.*}").${recipe/#-/default}
   plan="$out/$name.teplan"
+  model="examples/$file"
+  [[ $file == tests/* || $file == /* ]] && model=$file
   args=(-o "$plan" -q)
   [ "$recipe" != - ] && args+=(--recipe "$recipe")
   [ -n "$compile_extra" ] && read -ra more <<< "$compile_extra" && args+=("${more[@]}")
-  "$build/cli/te-compile" "examples/$file" "${args[@]}" || { echo "te-compile failed: $entry"; failed=1; continue; }
+  "$build/cli/te-compile" "$model" "${args[@]}" || { echo "te-compile failed: $entry"; failed=1; continue; }
   for tool in memcheck racecheck initcheck synccheck; do
     extra=()
     [ "$tool" = memcheck ] && extra=(--leak-check full)

@@ -19,24 +19,17 @@ dropped.
 import argparse
 import json
 import os
+import sys
 import traceback
 
 import torch
 from torch import nn
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "onnx"))
+from export_models import GptMlp  # noqa: E402  (the examples' GPT MLP, at the corpus's dims)
+
 HIDDEN, FFN = 128, 128
 TOKENS, BATCH, SEQ = 32, 2, 16
-
-
-class GptMlp(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.ln = nn.LayerNorm(HIDDEN, eps=1e-5)
-        self.fc1 = nn.Linear(HIDDEN, FFN)
-        self.fc2 = nn.Linear(FFN, HIDDEN)
-
-    def forward(self, x):
-        return x + self.fc2(nn.functional.gelu(self.fc1(self.ln(x)), approximate="tanh"))
 
 
 class HfRMSNorm(nn.Module):
@@ -137,9 +130,9 @@ def main():
     two_d, three_d = [TOKENS, HIDDEN], [BATCH, SEQ, HIDDEN]
     for dtype in ("fp32", "fp16", "bf16"):
         for exporter, opset in (("legacy", 17), ("dynamo", 18)):
-            export(args.out, manifest, "gpt_mlp", seeded(GptMlp(), 1), dtype, exporter, opset, three_d)
-    export(args.out, manifest, "gpt_mlp", seeded(GptMlp(), 1), "fp32", "legacy", 14, two_d)
-    export(args.out, manifest, "gpt_mlp", seeded(GptMlp(), 1), "fp32", "dynamo", 23, three_d)
+            export(args.out, manifest, "gpt_mlp", seeded(GptMlp(HIDDEN, FFN), 1), dtype, exporter, opset, three_d)
+    export(args.out, manifest, "gpt_mlp", seeded(GptMlp(HIDDEN, FFN), 1), "fp32", "legacy", 14, two_d)
+    export(args.out, manifest, "gpt_mlp", seeded(GptMlp(HIDDEN, FFN), 1), "fp32", "dynamo", 23, three_d)
     for dtype in ("fp32", "fp16", "bf16"):
         for exporter, opset in (("legacy", 17), ("dynamo", 18)):
             for shape in (two_d, three_d):

@@ -343,14 +343,29 @@ def built_cases(work):
 
 
 def table(rows, backend):
-    lines = [f"| model | dtype | recipe | runs on | rel. err. vs onnxruntime | bound |", "|---|---|---|---|---|---|"]
-    for r in rows:
-        where = ("GPU" if r.get("gpu_code") else "CPU only") if backend == "gpu" else ("CPU ref." + (", GPU code" if r.get("gpu_code") else ""))
-        if backend == "gpu" and r.get("verify"):
-            where += f" (verify {r['verify']})"
-        err = f"{r['rel']:.1e}" if "rel" in r else "error"
-        note = f" ({r['note']})" if r.get("note") else ""
-        lines.append(f"| {r['model']} | {r['dtype']} | {r['recipe']} | {where} | {err}{note} | {r.get('bound', 0):.0e} |")
+    """A model x recipe matrix of rel. errors vs onnxruntime; on the GPU a cell is marked when the
+    plan had no GPU code ("CPU") or te-run --verify-cpu failed ("verify FAIL")."""
+    recipes = [r for r in ("bf16",) + QUANTIZED + ("fp8-static",) if any(x["recipe"] == r for x in rows)]
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    lines = ["| model | " + " | ".join(recipes) + " |", "|---" * (len(recipes) + 1) + "|"]
+    for m in models:
+        cells = []
+        for recipe in recipes:
+            r = next((x for x in rows if x["model"] == m and x["recipe"] == recipe), None)
+            if r is None:
+                cells.append("")
+                continue
+            cell = f"{r['rel']:.1e}" if "rel" in r else "error"
+            if backend == "gpu" and not r.get("gpu_code"):
+                cell = "CPU " + cell
+            if backend == "gpu" and r.get("verify") == "FAIL":
+                cell += " verify FAIL"
+            if not r["ok"]:
+                cell = "**" + cell + "**"
+            cells.append(cell + ("\u2020" if r.get("note") else ""))
+        lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    bounds = [f"{bound_of(r, 'fp32'):.0e}" for r in recipes]
+    lines.append("| bound (fp32 models) | " + " | ".join(bounds) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -31,8 +31,8 @@ using onnx::tec_dtype;
 using onnx::unsqueeze_dims;
 
 const std::vector<OnnxOpClaim> kClaims = {
-    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (the one op here "
-                     "that runs on the CPU reference only)"},
+    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (no GPU kernel: "
+                     "such a plan runs on the CPU reference)"},
     {"Gemm", 13, 2, 3, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
                      "other forms run as transpose/matmul/scale/add (their matmul on the CPU reference only)"},
     {"Add", 13, 2, 2, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
@@ -235,7 +235,8 @@ class Importer {
       else if (n.op_type == "Shape") t = onnx::kInt64;
       else if (n.op_type == "Constant" && n.attrs.count("value") && n.attrs.at("value").t) t = n.attrs.at("value").t->elem_type;
       else if (n.op_type == "DequantizeLinear" && n.inputs.size() > 1) t = of(n.inputs[1]);
-      else if (same.count(n.op_type) && !n.inputs.empty()) t = of(n.inputs[0]) >= 0 || n.inputs.size() < 2 ? of(n.inputs[0]) : of(n.inputs[1]);
+      else if (same.count(n.op_type) && !n.inputs.empty())
+        t = of(n.inputs[0]) >= 0 || n.inputs.size() < 2 ? of(n.inputs[0]) : of(n.inputs[1]);
       if (t >= 0) type[n.outputs[0]] = t;
     }
     return type;
@@ -608,7 +609,8 @@ class Importer {
         if (!bt.is_float() || bt.numel() != n || bt.dims.empty() || bt.dims.back() != n) continue;
         return Projection{.x = node(mm).inputs[0], .weight = node(mm).inputs[1], .bias = b, .members = {mm, p}};
       }
-    if (is_op(p, "Gemm") && attr_int(node(p), "transA", 0) == 0 && !is_constant(node(p).inputs[0]) && known_.count(node(p).inputs[1])) {
+    if (is_op(p, "Gemm") && attr_int(node(p), "transA", 0) == 0 && !is_constant(node(p).inputs[0]) &&
+        known_.count(node(p).inputs[1])) {
       const onnx::Node& g = node(p);
       const Tensor& b = *known_.at(g.inputs[1]);
       if (b.dims.size() != 2 || !b.is_float()) return std::nullopt;
@@ -824,6 +826,12 @@ class Importer {
     return "";
   }
 
+  bool nonzero_zero_point(const onnx::Node& q) const {
+    if (q.inputs.size() < 3 || q.inputs[2].empty() || !known_.count(q.inputs[2])) return false;
+    const auto& zero = known_.at(q.inputs[2])->floats;
+    return std::any_of(zero.begin(), zero.end(), [](float z) { return z != 0.0f; });
+  }
+
   // Q -> DQ on a run-time value: the pair picks the quantizer of the GEMM that reads it. A
   // scalar FLOAT8E4M3FN scale is the model's calibrated static scale (recipe fp8-static, kept in
   // qdq_scale_); block_size 128 chooses fp8-block and E8M0 block_size 32 mxfp8, whose
@@ -851,8 +859,7 @@ class Importer {
     else if (scale->second->dims != dq_scale->second->dims || scale->second->floats != dq_scale->second->floats)
       why = "QuantizeLinear and DequantizeLinear have different scales ('" + qn.inputs[1] + "', '" + dn.inputs[1] +
             "'); a pair that rescales is not a quantizer";
-    else if (qn.inputs.size() > 2 && !qn.inputs[2].empty() && known_.count(qn.inputs[2]) &&
-             std::any_of(known_.at(qn.inputs[2])->floats.begin(), known_.at(qn.inputs[2])->floats.end(), [](float z) { return z != 0.0f; }))
+    else if (nonzero_zero_point(qn))
       why = "its zero point is not 0";
     else if (block == 0 && scale->second->numel() == 1) g.qdq_recipe = RecipeKind::fp8_static;
     else if (block == 128 && attr_int(qn, "axis", 1) == -1) g.qdq_recipe = RecipeKind::fp8_block;
@@ -1086,7 +1093,8 @@ class Importer {
     std::vector<float> out(static_cast<size_t>(n), 0.0f);
     if (p.bias.empty()) return out;
     const Tensor& c = *e.consts.at(p.bias);
-    for (int64_t j = 0; j < n; ++j) out[static_cast<size_t>(j)] = static_cast<float>(p.beta) * c.floats[c.numel() == 1 ? 0 : static_cast<size_t>(j)];
+    for (int64_t j = 0; j < n; ++j)
+      out[static_cast<size_t>(j)] = static_cast<float>(p.beta) * c.floats[c.numel() == 1 ? 0 : static_cast<size_t>(j)];
     return out;
   }
 
@@ -1119,8 +1127,8 @@ class Importer {
       values->push_back(scaled(scale.floats[0]));
     } else if (block == 0) {
       TEC_UNSUPPORTED_CHECK(axis == n_axis && scale.numel() == n, ctx)
-          << what << "per-axis scales along K (axis " << k_axis << ") are not a TE granularity; tec takes one scale per tensor, per output channel (axis " << n_axis
-          << ") or block_size along K";
+          << what << "per-axis scales along K (axis " << k_axis << ") are not a TE granularity; tec takes one scale per tensor, "
+          << "per output channel (axis " << n_axis << ") or block_size along K";
       for (float v : scale.floats) values->push_back(scaled(v));
       out.block_rows = 1;
     } else {
