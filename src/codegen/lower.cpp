@@ -568,13 +568,24 @@ class StepLowering {
   void lower_static_gemm(const Node& linear, bool has_bias, const Node* act, const Node* residual_add, const Value& out) {
     const Value& x = input(linear, 0);
     const Value& w = input(linear, 1);
-    if (!w.proto.quantizer || w.proto.quantizer->kind != QuantizerKind::fp8_static)
-      throw NotLowered{"linear '" + linear.name + "' mixes a static FP8 input with a weight that is not"};
     GemmLaunch gemm;
     gemm.m = x.proto.shape.rows();
     gemm.k = x.proto.shape.cols();
     gemm.n = w.proto.shape[0];
-    gemm.a = {dequantize_to(w, "w_fp32", DType::fp32), DType::fp32, "", "none"};
+    if (w.proto.quantizer) {
+      if (w.proto.quantizer->kind != QuantizerKind::fp8_static)
+        throw NotLowered{"linear '" + linear.name + "' mixes a static FP8 input with a " + w.proto.quantizer->str() + " weight"};
+      gemm.a = {dequantize_to(w, "w_fp32", DType::fp32), DType::fp32, "", "none"};
+    } else if (w.proto.dtype == DType::fp32) {
+      gemm.a = {data(w), DType::fp32, "", "none"};
+    } else {  // a 16-bit weight the model did not quantize, widened for the fp32 GEMM
+      const std::string wide = add_workspace("w_fp32", TensorProto::dense(w.proto.shape, DType::fp32));
+      emit_row_to(load(data(w), w.proto.dtype, "weight '" + w.name + "'"), w.proto.shape.rows(), w.proto.shape.cols(), wide, DType::fp32);
+      gemm.a = {wide, DType::fp32, "", "none"};
+    }
+    if (!w.proto.quantizer)
+      step_.fusions.push_back("gpu: fp8-static: weight '" + w.name + "' has no Q/DQ in the model and is multiplied unquantized, "
+                              "as the model does");
     gemm.b = {dequantize_to(x, "x_fp32", DType::fp32), DType::fp32, "", "none"};
     gemm.d = add_workspace("product", TensorProto::dense(out.proto.shape, DType::fp32));
     gemm.d_type = DType::fp32;

@@ -40,7 +40,8 @@ void store_fp32_biases_in_bf16(Graph& graph) {
 
 // fp8-static: every GEMM operand's quantizer is the model's own, per node: the input's scale
 // from the linear's input_scale (its ONNX Q/DQ pair), the weight's from its constant's static
-// scales (its DequantizeLinear). Biases keep their dtype: tec adds them in fp32 after the GEMM.
+// scales (its DequantizeLinear). A weight the model left in float stays so (the model computes
+// with it unquantized). Biases keep their dtype: tec adds them in fp32 after the GEMM.
 void want_static_quantizers(const Graph& graph, WantedMap& wanted) {
   TEC_UNSUPPORTED_CHECK(graph.mode == Mode::infer, (ErrorContext{"recipe", "", "", graph.source_file}))
       << "fp8-static is an inference recipe (its scales come from a quantized model); train with fp8-current or fp8-delayed";
@@ -53,11 +54,10 @@ void want_static_quantizers(const Graph& graph, WantedMap& wanted) {
         << "fp8-static quantizes with the scales an ONNX model's QuantizeLinear/DequantizeLinear pairs fix, and this GEMM's "
            "input has none (compile with --recipe fp8-current instead)";
     const Value& w = graph.value(node.inputs.at(1));
-    TEC_USER_CHECK(w.kind == ValueKind::weight && w.weight && w.weight->static_scales, ctx)
-        << "fp8-static keeps the model's FP8 weights, and weight '" << w.name
-        << "' is not one (no DequantizeLinear of FP8 codes; or compile with --recipe fp8-current)";
-    const auto& scales = *w.weight->static_scales;
+    TEC_USER_CHECK(w.kind == ValueKind::weight, ctx) << "fp8-static needs a constant weight, and '" << w.name << "' is computed";
     wanted.emplace(std::make_pair(n, 0), Wanted{Quantizer::fp8_static(DType::fp8_e4m3, static_cast<float>(input_scale)), TensorRole::input});
+    if (!w.weight || !w.weight->static_scales) continue;
+    const auto& scales = *w.weight->static_scales;
     wanted.emplace(std::make_pair(n, 1),
                    Wanted{Quantizer::fp8_static_weight(DType::fp8_e4m3, scales.block_rows, scales.block_cols), TensorRole::weight});
   }

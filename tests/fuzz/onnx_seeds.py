@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Small ONNX seeds for the ONNX frontend fuzzer (the exported examples are 0.5 MB each, too
 large to mutate quickly): an MLP block with LayerNorm, MatMul+Add and GELU (erf and tanh),
-a gated SiLU MLP with RMSNorm, and an FP8 Q/DQ linear. Hidden size 16, static shapes.
+a gated SiLU MLP with RMSNorm, an FP8 Q/DQ linear, Hugging Face's Llama MLP as the dynamo
+exporter writes it (RMSNorm between Casts, Gemm projections, x*sigmoid(x) turned round), and a
+static Q/DQ linear with FP8 weight codes and per-channel scales. Hidden size 16, static shapes.
 
   onnx_seeds.py OUT_DIR"""
 import sys
@@ -48,4 +50,25 @@ save("fp8_qdq", [
     helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "s"], ["xd"]),
     helper.make_node("MatMul", ["xd", "w"], ["o"]), helper.make_node("Erf", ["o"], ["e"]), helper.make_node("Add", ["e", "x"], ["y"])],
     [const("w", [H, H]), scale, zero])
-print(f"wrote 3 seeds to {out}")
+save("llama_mlp_hf", [
+    helper.make_node("Cast", ["x"], ["x32"], to=TensorProto.FLOAT),
+    helper.make_node("Pow", ["x32", "two"], ["sq"]), helper.make_node("ReduceMean", ["sq", "axes"], ["ms"], keepdims=1),
+    helper.make_node("Add", ["ms", "eps"], ["mse"]), helper.make_node("Sqrt", ["mse"], ["rms"]),
+    helper.make_node("Reciprocal", ["rms"], ["inv"]), helper.make_node("Mul", ["x32", "inv"], ["n32"]),
+    helper.make_node("Cast", ["n32"], ["n16"], to=TensorProto.FLOAT), helper.make_node("Mul", ["g", "n16"], ["n"]),
+    helper.make_node("Reshape", ["n", "flat"], ["n2"]),
+    helper.make_node("Gemm", ["n2", "wg"], ["gate"], transB=1), helper.make_node("Gemm", ["n2", "wu"], ["up"], transB=1),
+    helper.make_node("Sigmoid", ["gate"], ["sg"]), helper.make_node("Mul", ["sg", "gate"], ["silu"]),
+    helper.make_node("Mul", ["up", "silu"], ["a"]), helper.make_node("Gemm", ["a", "wd"], ["o2"], transB=1),
+    helper.make_node("Reshape", ["o2", "shape"], ["o"]), helper.make_node("Add", ["x", "o"], ["y"])],
+    [const("g", [H]), const("wg", [F, H]), const("wu", [F, H]), const("wd", [H, F]),
+     numpy_helper.from_array(np.array(2.0, np.float32), "two"), numpy_helper.from_array(np.array([-1], np.int64), "axes"),
+     numpy_helper.from_array(np.array(1e-6, np.float32), "eps"), numpy_helper.from_array(np.array([8, H], np.int64), "flat"),
+     numpy_helper.from_array(np.array([2, 4, H], np.int64), "shape")], opset=18)
+codes = helper.make_tensor("w8", TensorProto.FLOAT8E4M3FN, [H, H], (rng.standard_normal(H * H) * 50).clip(-448, 448).tolist())
+save("fp8_static", [
+    helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]), helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"]),
+    helper.make_node("DequantizeLinear", ["w8", "ws"], ["w"], axis=1),
+    helper.make_node("MatMul", ["xd", "w"], ["o"]), helper.make_node("Add", ["o", "x"], ["y"])],
+    [codes, numpy_helper.from_array((np.arange(H, dtype=np.float32) + 1) * 1e-3, "ws"), scale, zero])
+print(f"wrote 5 seeds to {out}")

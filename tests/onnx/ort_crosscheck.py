@@ -76,8 +76,11 @@ def fp8_initializer(name, codes):
 
 def static_weight(rng, name, k, n, granularity):
     """A weight stored as E4M3 codes with its DequantizeLinear: per tensor, per output channel
-    (axis 1 of B [K, N]) or block_size 128 along K (axis 0). Returns (nodes, initializers)."""
+    (axis 1 of B [K, N]) or block_size 128 along K (axis 0); or ("float") left unquantized, as
+    models with Q/DQ on the activations alone have it. Returns (nodes, initializers)."""
     w = rng_array(rng, (k, n), 1.0 / np.sqrt(k)) * rng.uniform(0.5, 2.0, size=(1, n)).astype(np.float32)
+    if granularity == "float":
+        return [], [numpy_helper.from_array(w, name)]
     attrs = {}
     if granularity == "tensor":
         scale = np.array(np.abs(w).max() / 448.0, np.float32)
@@ -326,6 +329,7 @@ def built_cases(work):
     builds = [("static_per_tensor", lambda: static_mlp_model(rng, "tensor"), "fp8-static", ("fp8-static", "fp8-current")),
               ("static_per_channel", lambda: static_mlp_model(rng, "channel"), "fp8-static", ("fp8-static", "fp8-current")),
               ("static_block128", lambda: static_mlp_model(rng, "block"), "fp8-static", ("fp8-static", "fp8-current")),
+              ("static_float_weights", lambda: static_mlp_model(rng, "float"), "fp8-static", ("fp8-static", "fp8-current")),
               ("qdq_block_activation", lambda: qdq_block_activation_model(rng), "fp8-block", ("fp8-block",)),
               ("gemm_trans_b", lambda: gemm_trans_b_model(rng), None, ("bf16", "fp8-current")),
               ("unusual_spelling", lambda: unusual_spelling_model(rng), None, ("bf16", "fp8-current", "fp8-delayed")),

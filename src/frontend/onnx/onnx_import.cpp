@@ -620,7 +620,7 @@ class Importer {
         const auto c = known_.find(g.inputs[2]);
         const int64_t n = proj.trans_b ? b.dims[0] : b.dims[1];
         if (c == known_.end() || !c->second->is_float() || (c->second->numel() != n && c->second->numel() != 1) ||
-            (c->second->numel() == n && c->second->dims.back() != n))
+            (c->second->numel() == n && !c->second->dims.empty() && c->second->dims.back() != n))
           return std::nullopt;
         proj.bias = g.inputs[2];
       }
@@ -852,6 +852,7 @@ class Importer {
     const int64_t block = attr_int(qn, "block_size", 0);
     std::string why;
     if (scale == known_.end() || dq_scale == known_.end()) why = "its scale is not a known constant";
+    else if (!scale->second->is_float() || !dq_scale->second->is_float()) why = "its scale is not a float tensor";
     else if (out_type != onnx::kFloat8E4M3FN)
       why = "it quantizes to " + onnx::elem_type_name(out_type) +
             "; tec maps FLOAT8E4M3FN Q/DQ onto TE's forward FP8 formats (E5M2 is for gradients, integer formats are not TE's)";
@@ -1114,6 +1115,7 @@ class Importer {
     const Tensor& scale = *known_.at(dq.inputs[1]);
     const std::string what = "DequantizeLinear '" + dq.name + "' of weight '" + weight + "': ";
     TEC_USER_CHECK(w.dims.size() == 2, ctx) << what << "a GEMM weight must be 2-D, got " << Shape(w.dims).str();
+    TEC_USER_CHECK(scale.is_float(), ctx) << what << "its scale is " << onnx::elem_type_name(scale.elem_type) << ", not a float tensor";
     const std::string bad = bad_scale(scale);
     TEC_USER_CHECK(bad.empty(), ctx) << what << bad;
     const int64_t n = nk ? w.dims[0] : w.dims[1], k = nk ? w.dims[1] : w.dims[0];
