@@ -39,6 +39,19 @@ struct TecArgs {
 };
 
 #define TEC_WARPS (TEC_ROW_THREADS / 32)
+
+// The offset of output element e (row-major over `dims`) in an operand with these element
+// strides: the general ops' broadcasting and transpose.
+template <int kRank>
+__device__ __forceinline__ i64 tec_strided_offset(i64 e, const i64 (&dims)[kRank], const i64 (&strides)[kRank]) {
+  i64 offset = 0;
+#pragma unroll
+  for (int d = kRank - 1; d >= 0; --d) {
+    offset += (e % dims[d]) * strides[d];
+    e /= dims[d];
+  }
+  return offset;
+}
 #ifndef TEC_AMAX_PARTIALS
 #define TEC_AMAX_PARTIALS 0
 #endif
@@ -147,26 +160,14 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   return tec_apply_unary(TEC_UNARY, tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
 #elif TEC_PRODUCER == 11
   const i64 dims[] = {TEC_BCAST_DIMS}, a_strides[] = {TEC_A_STRIDES}, b_strides[] = {TEC_B_STRIDES};
-  i64 e = row.r * TEC_N + i, a = 0, b = 0;
-#pragma unroll
-  for (int d = (int)(sizeof(dims) / sizeof(dims[0])) - 1; d >= 0; --d) {
-    const i64 c = e % dims[d];
-    e /= dims[d];
-    a += c * a_strides[d];
-    b += c * b_strides[d];
-  }
-  return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, a), tec_load<TEC_PARAM_DTYPE>(in1, b));
+  const i64 e = row.r * TEC_N + i;
+  return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(e, dims, a_strides)),
+                          tec_load<TEC_PARAM_DTYPE>(in1, tec_strided_offset(e, dims, b_strides)));
 #elif TEC_PRODUCER == 12
   return row.mean;
 #elif TEC_PRODUCER == 15
   const i64 dims[] = {TEC_BCAST_DIMS}, strides[] = {TEC_A_STRIDES};
-  i64 e = row.r * TEC_N + i, a = 0;
-#pragma unroll
-  for (int d = (int)(sizeof(dims) / sizeof(dims[0])) - 1; d >= 0; --d) {
-    a += (e % dims[d]) * strides[d];
-    e /= dims[d];
-  }
-  return tec_load<TEC_IN_DTYPE>(in0, a);
+  return tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(row.r * TEC_N + i, dims, strides));
 #elif TEC_PRODUCER == 13
   float v = ((const float*)in0)[row.r * TEC_N + i];
 #ifdef TEC_EPI_BIAS

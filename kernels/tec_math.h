@@ -43,6 +43,16 @@ TEC_HD float tec_fabs(float x) {
 #endif
 }
 
+TEC_HD unsigned tec_float_as_uint(float x) {
+#if defined(__CUDACC__)
+  return __float_as_uint(x);
+#else
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return u;
+#endif
+}
+
 // 2^n for n in [-126, 127], exactly.
 TEC_HD float tec_pow2(int n) { return tec_uint_as_float((unsigned)(n + 127) << 23); }
 
@@ -117,12 +127,7 @@ TEC_HD float tec_log(float x) {
     x = x * 8388608.0f;
     e = -23;
   }
-  unsigned bits;
-#if defined(__CUDACC__)
-  bits = __float_as_uint(x);
-#else
-  std::memcpy(&bits, &x, 4);
-#endif
+  const unsigned bits = tec_float_as_uint(x);
   e += (int)(bits >> 23) - 126;
   float m = tec_uint_as_float((bits & 0x007FFFFFu) | 0x3F000000u);  // x = m 2^e, m in [0.5, 1)
   if (m < 0.707106781f) {
@@ -164,13 +169,7 @@ TEC_HD float tec_pow(float a, float b) {
   float r;
   if (a == 0.0f) r = b > 0.0f ? 0.0f : inf;
   else r = tec_exp(b * tec_log(tec_fabs(a)));
-  unsigned a_bits;  // the sign of a, -0 included
-#if defined(__CUDACC__)
-  a_bits = __float_as_uint(a);
-#else
-  std::memcpy(&a_bits, &a, 4);
-#endif
-  return (a_bits >> 31) && odd ? -r : r;
+  return (tec_float_as_uint(a) >> 31) && odd ? -r : r;  // the sign of a, -0 included
 }
 
 // The general elementwise ops (`unary`, `binary`: src/ops/tensor_math.cpp), by code, for the CPU

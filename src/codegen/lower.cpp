@@ -53,6 +53,13 @@ int dtype_code(DType d, const std::string& what) {
   throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16, fp16 or fp32"};
 }
 
+// A list of integers as a C array initializer for a define: "2LL,16LL,128LL".
+std::string int_list(const std::vector<int64_t>& values) {
+  std::string text;
+  for (size_t i = 0; i < values.size(); ++i) text += (i ? "," : "") + std::to_string(values[i]) + "LL";
+  return text;
+}
+
 std::string data(const Value& v) { return value_buffer_name(v.name, BufferRole::data); }
 std::string role(const Value& v, BufferRole r) { return value_buffer_name(v.name, r); }
 LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(name), 0}; }
@@ -319,7 +326,7 @@ class StepLowering {
     } else if (op == "binary") {
       p = binary_producer(first);
     } else if (op == "reduce_mean") {
-      if (!reduced_last_axis(first.attrs, x.proto.shape.rank()))
+      if (!reduces_last_axis_alone(first.attrs, x.proto.shape.rank()))
         throw NotLowered{"reduce_mean '" + first.name + "' reduces axes other than the last alone; the GPU row kernel reduces the last dim"};
       if (out.proto.quantizer) throw NotLowered{"reduce_mean '" + first.name + "' has a quantized output"};
       p.defines = {"TEC_PRODUCER=12", in_dtype(), "TEC_IN_N=" + std::to_string(x.proto.shape.cols()) + "LL"};
@@ -352,21 +359,17 @@ class StepLowering {
     if (dims.empty()) dims = {1};
     auto strides = [&](const Shape& operand) {
       const std::vector<int64_t> own = operand.contiguous_strides();
-      std::string text;
-      for (size_t d = 0; d < dims.size(); ++d) {
-        const size_t skipped = dims.size() - operand.rank();  // operand dims align to the right
-        const bool present = d >= skipped && operand.dims[d - skipped] != 1;
-        text += (d ? "," : "") + std::to_string(present ? own[d - skipped] : 0) + "LL";
-      }
-      return text;
+      std::vector<int64_t> into(dims.size(), 0);
+      const size_t skipped = dims.size() - operand.rank();  // operand dims align to the right
+      for (size_t d = skipped; d < dims.size(); ++d)
+        if (operand.dims[d - skipped] != 1) into[d] = own[d - skipped];
+      return int_list(into);
     };
-    std::string dims_text;
-    for (size_t d = 0; d < dims.size(); ++d) dims_text += (d ? "," : "") + std::to_string(dims[d]) + "LL";
     const Value &a = input(n, 0), &b = input(n, 1);
     Producer p;
     p.defines = {"TEC_PRODUCER=11", "TEC_IN_DTYPE=" + std::to_string(dtype_code(a.proto.dtype, "input '" + a.name + "'")),
                  "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(b.proto.dtype, "input '" + b.name + "'")),
-                 "TEC_BINARY=" + std::to_string(binary_function_code(n.attrs.get_string("fn", ""))), "TEC_BCAST_DIMS=" + dims_text,
+                 "TEC_BINARY=" + std::to_string(binary_function_code(n.attrs.get_string("fn", ""))), "TEC_BCAST_DIMS=" + int_list(dims),
                  "TEC_A_STRIDES=" + strides(a.proto.shape), "TEC_B_STRIDES=" + strides(b.proto.shape)};
     for (const Value* operand : {&a, &b})
       if (operand->proto.quantizer) throw NotLowered{"binary '" + n.name + "' reads quantized '" + operand->name + "'"};
@@ -382,16 +385,14 @@ class StepLowering {
     if (perm.empty())
       for (size_t d = out.rank(); d-- > 0;) perm.push_back(static_cast<int64_t>(d));
     const std::vector<int64_t> in_strides = x.proto.shape.contiguous_strides();
-    std::string dims_text = out.rank() ? "" : "1LL", strides_text = out.rank() ? "" : "0LL";
-    for (size_t d = 0; d < out.rank(); ++d) {
-      const int64_t p = perm[d] < 0 ? perm[d] + static_cast<int64_t>(out.rank()) : perm[d];
-      dims_text += (d ? "," : "") + std::to_string(out.dims[d]) + "LL";
-      strides_text += (d ? "," : "") + std::to_string(in_strides.at(static_cast<size_t>(p))) + "LL";
-    }
+    std::vector<int64_t> dims = out.dims, strides;
+    for (size_t d = 0; d < out.rank(); ++d)
+      strides.push_back(in_strides.at(static_cast<size_t>(perm[d] < 0 ? perm[d] + static_cast<int64_t>(out.rank()) : perm[d])));
+    if (dims.empty()) dims = {1}, strides = {0};
     if (x.proto.quantizer) throw NotLowered{"transpose '" + n.name + "' reads quantized '" + x.name + "'"};
     Producer p;
     p.defines = {"TEC_PRODUCER=15", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
-                 "TEC_BCAST_DIMS=" + dims_text, "TEC_A_STRIDES=" + strides_text};
+                 "TEC_BCAST_DIMS=" + int_list(dims), "TEC_A_STRIDES=" + int_list(strides)};
     p.inputs = {buf(data(x)), {}, {}};
     return p;
   }

@@ -46,8 +46,8 @@ std::vector<size_t> broadcast_index(const Shape& in, const Shape& out);
 // `fn` attribute, for the lowering.
 int binary_function_code(const std::string& fn);
 int unary_function_code(const std::string& fn);
-// The axis a reduce_mean reduces when that is the last one alone (as the GPU does); else nullopt.
-std::optional<size_t> reduced_last_axis(const Attributes& attrs, size_t rank);
+// Whether a reduce_mean reduces the last axis alone (what the GPU row kernel does).
+bool reduces_last_axis_alone(const Attributes& attrs, size_t rank);
 
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank);
 void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what);

@@ -1,8 +1,6 @@
 // quantize and dequantize: explicit casts between high precision and a quantized format.
 // The compiler also inserts quantize nodes where a GEMM operand cannot be quantized by its
 // producer (passes/apply_recipe.cpp). Both have straight-through gradients.
-#include <cmath>
-
 #include "ops/common.h"
 
 namespace tec {
@@ -12,9 +10,8 @@ namespace {
 InferResult infer_quantize(const InferContext& ctx) {
   require_high_precision(ctx, 0);
   if (const double scale = ctx.node.attrs.get_float("static_scale", 0.0); scale != 0.0) {
-    TEC_USER_CHECK(std::isfinite(scale) && scale > 0.0 && scale < 3.4e38, ctx.error)
-        << "static_scale must be a positive finite number, got " << scale;
-    return InferResult{{ctx.inputs[0].with_quantizer(Quantizer::fp8_static(DType::fp8_e4m3, static_cast<float>(scale)))}, {}, {}};
+    const Quantizer q = with_context(ctx.error, [&] { return Quantizer::fp8_static(DType::fp8_e4m3, static_cast<float>(scale)); });
+    return InferResult{{ctx.inputs[0].with_quantizer(q)}, {}, {}};
   }
   const auto role = parse_tensor_role(ctx.node.attrs.get_string("role", "input"));
   const std::string recipe_name = ctx.node.attrs.get_string("recipe", "");

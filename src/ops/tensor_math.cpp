@@ -1,9 +1,9 @@
 // General tensor math: numpy-broadcast binary ops, unary math, matmul, reduce_mean,
 // transpose and cast. The ONNX frontend maps a standalone ONNX op here when it is not part of
 // a pattern that becomes one of the TE ops (linear, gelu, layernorm, ...), so that a model
-// with an unusual spelling still runs. binary, unary, cast and reduce_mean over the last dim
-// are row kernels on the GPU (src/codegen/lower.cpp), computing the bits of the references
-// here through kernels/tec_math.h; matmul, transpose and other reductions run on the CPU
+// with an unusual spelling still runs. binary, unary, cast, transpose and reduce_mean over the
+// last dim are row kernels on the GPU (src/codegen/lower.cpp), computing the bits of the
+// references here through kernels/tec_math.h; matmul and other reductions run on the CPU
 // reference only, and a plan that needs them says so, naming the node.
 #include <algorithm>
 #include <cmath>
@@ -48,12 +48,10 @@ int unary_function_code(const std::string& fn) {
   return static_cast<int>(it - kUnaryFunctions.begin());  // the order of TEC_UNARY_* in tec_math.h
 }
 
-std::optional<size_t> reduced_last_axis(const Attributes& attrs, size_t rank) {
+bool reduces_last_axis_alone(const Attributes& attrs, size_t rank) {
   std::vector<int64_t> axes = attrs.get_ints("axes");
   if (axes.empty() && rank == 1) axes = {0};
-  if (axes.size() != 1 || rank == 0) return std::nullopt;
-  const int64_t r = static_cast<int64_t>(rank);
-  return axes[0] == r - 1 || axes[0] == -1 ? std::optional<size_t>(rank - 1) : std::nullopt;
+  return rank > 0 && axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(rank) - 1);
 }
 
 namespace {
@@ -193,7 +191,7 @@ std::vector<HostTensor> reference_reduce_mean(const Attributes& attrs, const std
   const HostTensor& x = in[0];
   const auto axes = normalized_axes(attrs.get_ints("axes"), x.shape.rank(), {}, "reduce_mean");
   const Shape out_shape = reduced_shape(x.shape, axes, attrs.get_bool("keepdims", true));
-  if (reduced_last_axis(attrs, x.shape.rank())) {
+  if (reduces_last_axis_alone(attrs, x.shape.rank())) {
     // Over the last dim: each row summed in the order of the GPU's block reduction (the row
     // kernel computes these bits), then divided in fp32.
     const int64_t n = x.shape.cols(), rows = x.shape.rows();
