@@ -29,6 +29,9 @@ Examples:
   te-compile model.onnx --shape batch=4 --shape seq=128 -o m.teplan  # ONNX symbolic dims by name
   te-compile --onnx-ops                                  # the ONNX ops tec reads, and their limits
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
+  te-compile examples/mlp_tiny.json --mode train --optimizer adamw --lr 3e-3 -o train.teplan
+                                                     # one training step: forward, backward, AdamW
+                                                     # (te-run train.teplan --backend cpu runs it)
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
   te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
 
@@ -43,8 +46,8 @@ Exit codes:
   4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
   70 internal error (a tec bug)
 
-Not implemented yet (exit code 4 when used): --mode train with -o (needs the autodiff pass).
-See README.md, "Status".)";
+Train plans (--mode train) run on the CPU reference executor for now; their GPU lowering is
+planned (te-run --backend gpu says so, exit code 4). See README.md, "Training" and "Status".)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];
@@ -112,6 +115,15 @@ void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
   std::fprintf(out, "  %-14s %zu steps, arena %s (scratch peak %s vs %s if nothing shared)\n", profile_name(p.graph).c_str(),
                p.schedule.steps.size(), human_bytes(m.arena_bytes).c_str(), human_bytes(m.scratch_peak_bytes).c_str(),
                human_bytes(m.scratch_naive_bytes).c_str());
+  if (p.graph.train) {
+    const tec::TrainMemory t = tec::train_memory(p.graph, m);
+    std::fprintf(out,
+                 "  %-14s train step: optimizer %s, wgrad %s; saved for backward %s (%s made to be saved, %s the forward's "
+                 "own tensors: aliased, not copied), state %s, weight workspace %s\n",
+                 "", p.graph.train->optimizer.c_str(), p.graph.train->wgrad.c_str(), human_bytes(t.saved_bytes).c_str(),
+                 human_bytes(t.saved_new_bytes).c_str(), human_bytes(t.bytes_saved_by_aliasing).c_str(),
+                 human_bytes(t.state_bytes).c_str(), human_bytes(t.workspace_bytes).c_str());
+  }
   for (size_t i = 0; i < p.schedule.steps.size(); ++i) {
     const auto& s = p.schedule.steps[i];
     std::fprintf(out, "    step %zu %-6s %s\n", i, std::string(to_string(s.kind)).c_str(), s.name.c_str());
@@ -168,8 +180,21 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
   nlohmann::json profiles = nlohmann::json::array();
   for (const auto& p : result.profiles) {
     nlohmann::json steps = nlohmann::json::array();
-    for (const auto& s : p.schedule.steps) steps.push_back({{"name", s.name}, {"kind", to_string(s.kind)}, {"fusions", s.fusions}});
+    for (const auto& s : p.schedule.steps)
+      steps.push_back({{"name", s.name}, {"kind", to_string(s.kind)}, {"phase", to_string(s.phase)}, {"fusions", s.fusions}});
+    nlohmann::json train;
+    if (p.graph.train) {
+      const tec::TrainMemory t = tec::train_memory(p.graph, p.memory);
+      train = {{"optimizer", p.graph.train->optimizer},
+               {"wgrad", p.graph.train->wgrad},
+               {"saved_bytes", t.saved_bytes},
+               {"saved_new_bytes", t.saved_new_bytes},
+               {"bytes_saved_by_aliasing", t.bytes_saved_by_aliasing},
+               {"state_bytes", t.state_bytes},
+               {"workspace_bytes", t.workspace_bytes}};
+    }
     profiles.push_back({{"dims", p.graph.dims},
+                        {"train", train},
                         {"steps", steps},
                         {"arena_bytes", p.memory.arena_bytes},
                         {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
@@ -201,13 +226,15 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
 
 int main(int argc, char** argv) {
   CLI::App app{"te-compile: compile a TransformerEngine-style layer (ONNX model or JSON graph) into a tec plan.\n"
-               "Runs the frontend, the passes apply_recipe, meta, usage, fusion, schedule and memory_plan,\n"
+               "Runs the frontend, the passes apply_recipe, meta, usage, autodiff (--mode train), fusion, schedule and memory_plan,\n"
                "and writes a .teplan with every weight pre-quantized. Progress goes to stderr."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
   bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false;
+  std::string optimizer = "none", wgrad = "accumulate";
+  tec::TrainOptions train;
   app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
   app.add_flag("--onnx-ops", onnx_ops, "print the ONNX ops tec reads (op, opset, inputs that must be constant, limits) "
                                        "as JSON and exit");
@@ -217,11 +244,23 @@ int main(int argc, char** argv) {
                                      "model's; an ONNX model's FP8 Q/DQ pairs choose fp8-static, which keeps their scales)");
   app.add_option("--shape", shapes, "fix a dim: DIM=SIZE, e.g. T=2048 (repeatable); selects one profile");
   app.add_option("--profiles", profiles, "replace a dim's profile list: DIM=S1,S2,..., e.g. T=16,128,2048");
-  app.add_option("--mode", mode, "infer: forward only; train: forward + backward layout (saved tensors, gradients)")
+  app.add_option("--mode", mode, "infer: forward only; train: one training step (weight workspace from fp32 masters, "
+                                 "forward, backward; inputs x and dy, outputs y and dx)")
       ->check(CLI::IsMember({"infer", "train"}));
+  app.add_option("--optimizer", optimizer, "train: none (weight gradients accumulate in fp32 main_grad for the caller) or "
+                                           "adamw (AdamW updates the masters, then clears main_grad)")
+      ->check(CLI::IsMember({"none", "adamw"}));
+  app.add_option("--wgrad", wgrad, "train: accumulate (into main_grad, TE's wgrad with beta=1) or write (each step writes "
+                                   "<weight>.grad in the model dtype, for callers with their own optimizer)")
+      ->check(CLI::IsMember({"accumulate", "write"}));
+  app.add_option("--lr", train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar)")->check(CLI::PositiveNumber);
+  app.add_option("--beta1", train.beta1, "train, adamw: first-moment decay")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--eps", train.eps, "train, adamw: added to sqrt(v)")->check(CLI::PositiveNumber);
+  app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay")->check(CLI::Range(0.0, 1.0));
   app.add_option("--arch", archs, "target GPU arch, e.g. sm_90 (repeatable; layouts follow the first)");
   app.add_option("--dump-after", dump_after, "print JSON after this pass and stop: frontend | apply_recipe | meta | "
-                                             "usage | fusion | schedule | memory_plan | plan")
+                                             "usage | autodiff | fusion | schedule | lower | memory_plan | codegen | plan")
       ->check(CLI::IsMember(tec::kPassNames));
   app.add_option("--disable-pass", disabled, "turn an optional pass off: fusion (one step per op)")
       ->check(CLI::IsMember(tec::kOptionalPasses));
@@ -267,6 +306,11 @@ int main(int argc, char** argv) {
     options.mid_m_gemm = mid_m_gemm;
     if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
+    train.optimizer = optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
+    train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
+    if (mode != "train" && (optimizer != "none" || wgrad != "accumulate"))
+      throw tec::Error(ErrorKind::usage, {}, "--optimizer and --wgrad describe a training step; add --mode train");
+    options.train = train;
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
     if (!recipe.empty()) {
@@ -287,6 +331,9 @@ int main(int argc, char** argv) {
     options.record.tool = "te-compile " TEC_VERSION_STRING;
     options.record.options = {{"recipe", recipe}, {"mode", mode},           {"arch", archs},
                               {"shape", shapes},  {"profiles", profiles}, {"disable_pass", disabled}};
+    if (mode == "train")
+      options.record.options["train"] = {{"optimizer", optimizer}, {"wgrad", wgrad}, {"lr", train.lr}, {"beta1", train.beta1},
+                                         {"beta2", train.beta2}, {"eps", train.eps}, {"weight_decay", train.weight_decay}};
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {

@@ -216,6 +216,33 @@ TEC_HD float tec_gelu_erf(float x) { return 0.5f * x * (1.0f + tec_erf(x * 0.707
 TEC_HD float tec_relu(float x) { return x > 0.0f ? x : 0.0f; }
 TEC_HD float tec_silu(float x) { return x / (1.0f + tec_exp(-x)); }
 
+// Their derivatives, for the backward (train plans). d/dx of x * Phi(x) is Phi(x) + x * phi(x);
+// of the tanh form, 0.5 (1 + t) + 0.5 x (1 - t^2) u' with u = sqrt(2/pi) (x + 0.044715 x^3).
+TEC_HD float tec_dgelu_tanh(float x) {
+  const float t = tec_tanh(0.7978845608f * (x + 0.044715f * x * x * x));
+  const float du = 0.7978845608f * (1.0f + 3.0f * 0.044715f * x * x);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
+}
+TEC_HD float tec_dgelu_erf(float x) {
+  return 0.5f * (1.0f + tec_erf(x * 0.70710678f)) + x * 0.3989422804f * tec_exp(-0.5f * x * x);
+}
+TEC_HD float tec_drelu(float x) { return x > 0.0f ? 1.0f : 0.0f; }
+TEC_HD float tec_dsilu(float x) {
+  const float s = 1.0f / (1.0f + tec_exp(-x));
+  return s * (1.0f + x * (1.0f - s));
+}
+
+// Dropout's keep decision for element `index` under `seed` (train plans): a counter-based hash
+// (splitmix64's finaliser), so that any thread can draw any element, in any order.
+TEC_HD bool tec_dropout_keep(unsigned long long seed, unsigned long long index, float p) {
+  unsigned long long z = seed * 0x9E3779B97F4A7C15ull + index + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  const float u = (float)(z >> 40) * (1.0f / 16777216.0f);  // 24 bits: exact in float
+  return u >= p;
+}
+
 #if !defined(__CUDACC__)
 // The sum of x[0..n) in the order a TEC_ROW_THREADS block reduces it on the GPU: thread t
 // adds x[t], x[t + 256], ... left to right; each warp of 32 combines by halving offsets

@@ -75,6 +75,8 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   if (stop_after("meta")) return result;
   run.graph_pass("usage", usage);
   if (stop_after("usage")) return result;
+  run.step("autodiff", [&] { each([&](CompiledProfile& p) { p.graph = autodiff(std::move(p.graph), options.train); }); });
+  if (stop_after("autodiff")) return result;
   run.step("fusion", [&] {
     each([&](CompiledProfile& p) { p.schedule = fusion(p.graph, {.enabled = !options.disabled.count("fusion")}); });
   });
@@ -131,9 +133,6 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   });
   if (stop_after("codegen")) return result;
   run.step("plan", [&] {
-    TEC_UNSUPPORTED_CHECK(result.profiles[0].graph.mode == Mode::infer, (ErrorContext{"plan", "", "", options.model_path}))
-        << "plans for --mode train need the autodiff pass, which is not implemented yet; use --mode infer, or "
-           "--dump-after usage to inspect the training layout";
     BuildRecord record = options.record;
     record.model_checksum = hex64(checksum64(plan::read_whole_file(options.model_path)));
     result.plan = build_plan(result.profiles, result.code, record, options.cache_dir);

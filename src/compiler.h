@@ -10,19 +10,21 @@
 
 #include "frontend/json/graph_json.h"
 #include "frontend/onnx/onnx_import.h"
+#include "passes/passes.h"
 #include "plan_builder.h"
 
 namespace tec {
 
 // The steps in pipeline order; --dump-after takes one of these names.
-inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta",        "usage",   "fusion",
-                                                    "schedule", "lower",        "memory_plan", "codegen", "plan"};
+inline const std::vector<std::string> kPassNames = {"frontend", "apply_recipe", "meta",        "usage",   "autodiff", "fusion",
+                                                    "schedule", "lower",        "memory_plan", "codegen",  "plan"};
 // Passes --disable-pass may turn off.
 inline const std::vector<std::string> kOptionalPasses = {"fusion"};
 
 struct CompileOptions {
   std::string model_path;
   FrontendOptions frontend;
+  TrainOptions train;               // --mode train: optimizer, weight gradients, runtime scalars
   std::string dump_after;           // empty: run to the end
   std::set<std::string> disabled;   // from kOptionalPasses
   BuildRecord record;               // tool and options, for the plan's build record

@@ -21,7 +21,8 @@ using json = nlohmann::json;
 std::vector<float> weight_values(const Value& v) {
   const WeightSource& src = *v.weight;
   const int64_t count = v.proto.shape.numel();
-  if (src.kind == WeightSource::Kind::random) return random_weight(src.seed, v.name, count, src.mean, src.stddev);
+  if (src.kind == WeightSource::Kind::random)
+    return random_weight(src.seed, src.random_name.empty() ? v.name : src.random_name, count, src.mean, src.stddev);
   if (src.kind == WeightSource::Kind::values) {
     TEC_INTERNAL_CHECK(src.values && static_cast<int64_t>(src.values->size()) == count, (ErrorContext{"plan", v.name, "", src.origin}))
         << "weight values do not match the shape " << v.proto.shape.str();
@@ -43,6 +44,14 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
   for (const PlannedBuffer& b : p.memory.buffers)
     if (b.region == Region::constants) by_tensor[b.tensor][b.role] = &b;
   for (const Value& v : p.graph.values) {
+    if (v.kind == ValueKind::state && v.weight) {  // a train plan's starting state, in fp32
+      std::vector<float> values = weight_values(v);
+      reference::round_to(v.weight->rounded_to, values);
+      const PlannedBuffer* b = by_tensor.at(v.name).at(BufferRole::data);
+      const auto bytes = reference::encode_values(DType::fp32, values);
+      std::copy(bytes.begin(), bytes.end(), blob.begin() + b->offset);
+      continue;
+    }
     if (v.kind != ValueKind::weight) continue;
     std::vector<float> values = weight_values(v);
     reference::round_to(v.proto.dtype, values);
@@ -97,11 +106,11 @@ std::string constants_cache_key(const CompiledProfile& p) {
     if (b.region == Region::constants)
       key["buffers"].push_back({b.name, b.tensor, to_string(b.role), to_string(b.dtype), b.shape.dims, b.offset, b.bytes});
   for (const Value& v : p.graph.values) {
-    if (v.kind != ValueKind::weight) continue;
+    if (!v.weight) continue;
     const WeightSource& src = *v.weight;
     json source;
     switch (src.kind) {
-      case WeightSource::Kind::random: source = {"random", src.seed, src.mean, src.stddev}; break;
+      case WeightSource::Kind::random: source = {"random", src.seed, src.mean, src.stddev, src.random_name}; break;
       case WeightSource::Kind::file: {
         const std::optional<json> stamp = file_stamp(src.path);
         if (!stamp) return "";
@@ -117,6 +126,7 @@ std::string constants_cache_key(const CompiledProfile& p) {
       const auto& scales = *src.static_scales->scale_inv;
       source.push_back(checksum64(std::span(reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * sizeof(float))));
     }
+    source.push_back(to_string(src.rounded_to));
     key["weights"].push_back({v.name, to_string(v.proto.dtype), v.proto.shape.dims,
                               v.proto.quantizer ? quantizer_to_json(*v.proto.quantizer) : json(), v.proto.usage.rowwise,
                               v.proto.usage.columnwise, source});
@@ -206,15 +216,18 @@ json profile_manifest(const CompiledProfile& p) {
   json tensors = json::array();
   json delayed = json::array();
   for (const Value& v : g.values) {
+    // A later version of a state value lives in that value's buffers.
+    const std::string& storage = v.storage ? g.value(*v.storage).name : v.name;
     json t{{"name", v.name},
            {"kind", to_string(v.kind)},
            {"shape", v.proto.shape.dims},
            {"dtype", to_string(v.proto.dtype)},
            {"quantizer", v.proto.quantizer ? quantizer_to_json(*v.proto.quantizer) : json()},
            {"usage", {{"rowwise", v.proto.usage.rowwise}, {"columnwise", v.proto.usage.columnwise}}},
-           {"buffers", tensor_buffers.count(v.name) ? tensor_buffers[v.name] : json::object()},
+           {"buffers", tensor_buffers.count(storage) ? tensor_buffers[storage] : json::object()},
            {"state", tensor_state.count(v.name) ? tensor_state[v.name] : json::object()}};
-    if (tensor_state.count(v.name)) delayed.push_back(v.name);
+    if (v.storage) t["storage"] = storage;
+    if (v.proto.quantizer && tensor_state.count(v.name)) delayed.push_back(v.name);
     tensors.push_back(std::move(t));
   }
   json steps = json::array();
@@ -226,12 +239,21 @@ json profile_manifest(const CompiledProfile& p) {
               {"outputs", json::array()}};
       for (ValueId in : node.inputs) op["inputs"].push_back(g.value(in).name);
       for (ValueId out : node.outputs) op["outputs"].push_back(g.value(out).name);
+      if (node.computes_backward) {
+        op["backward"] = true;
+        op["gradient_slots"] = node.gradient_slots;
+      }
+      json columnwise = json::array();
+      for (size_t i = 0; i < node.columnwise_inputs.size(); ++i)
+        if (node.columnwise_inputs[i]) columnwise.push_back(i);
+      if (!columnwise.empty()) op["columnwise_inputs"] = std::move(columnwise);
       ops.push_back(std::move(op));
     }
     json workspaces = json::array();
     for (const Workspace& w : s.workspaces) workspaces.push_back(w.name);
     steps.push_back({{"name", s.name},
                      {"kind", to_string(s.kind)},
+                     {"phase", to_string(s.phase)},
                      {"deps", s.deps},
                      {"fusions", s.fusions},
                      {"workspaces", workspaces},
@@ -241,7 +263,22 @@ json profile_manifest(const CompiledProfile& p) {
   for (ValueId id : g.inputs) inputs.push_back(g.value(id).name);
   for (ValueId id : g.outputs) outputs.push_back(g.value(id).name);
   const MetaSummary meta = summarize(g);
+  json train;
+  if (g.train) {
+    const TrainMemory m = train_memory(g, p.memory);
+    json scalars = json::array();
+    for (ValueId id : g.train->runtime_scalars) scalars.push_back(g.value(id).name);
+    train = {{"optimizer", g.train->optimizer},
+             {"wgrad", g.train->wgrad},
+             {"runtime_scalars", std::move(scalars)},
+             {"saved_bytes", m.saved_bytes},
+             {"saved_new_bytes", m.saved_new_bytes},
+             {"bytes_saved_by_aliasing", m.bytes_saved_by_aliasing},
+             {"state_bytes", m.state_bytes},
+             {"workspace_bytes", m.workspace_bytes}};
+  }
   return json{{"dims", g.dims},
+              {"train", std::move(train)},
               {"arena_bytes", p.memory.arena_bytes},
               {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
               {"scratch_naive_bytes", p.memory.scratch_naive_bytes},

@@ -83,6 +83,9 @@ class Plan {
   // Inputs and outputs of a profile (the first when `dims` is empty).
   Result<std::vector<TensorView>> inputs(const std::map<std::string, int64_t>& dims = {}) const;
   Result<std::vector<TensorView>> outputs(const std::map<std::string, int64_t>& dims = {}) const;
+  // State tensors of a profile: delayed scaling's, and a train plan's masters, main_grad,
+  // optimizer moments and runtime scalars.
+  Result<std::vector<TensorView>> state(const std::map<std::string, int64_t>& dims = {}) const;
   // Before any allocation or upload: whether CUDA device `device` can run the plan (a GPU
   // code path, a cubin for its arch, enough free memory), with what it found.
   Result<Preflight> check(int device = 0) const;
@@ -111,8 +114,18 @@ class Session {
   // set_state restores it into a session of the same plan and profile, on either backend.
   // Without delayed scaling the state holds no buffers (only its header). On the GPU both copy synchronously on
   // the default stream: call them when the session's stream has finished its runs.
+  // Train plans: all their state too (masters, main_grad, moments, step, runtime scalars), so
+  // a restored session continues bit-identically.
   Result<std::vector<uint8_t>> state() const;
   Status set_state(const std::vector<uint8_t>& bytes);
+  // Train plans (te-compile --mode train; Backend::cpu until their GPU lowering lands):
+  // a runtime scalar the step reads, e.g. "optimizer.lr", or "first_microbatch" (0: reuse
+  // the weights' copies the previous run made, TE's is_first_microbatch=False). Finite only.
+  Status set_scalar(const std::string& name, double value);
+  // One state tensor in the backend's memory, to read or write between runs: a master
+  // "<weight>.master", "<weight>.main_grad" (zero it after reading it, with --optimizer none),
+  // AdamW's "<weight>.exp_avg" and "<weight>.exp_avg_sq", "optimizer.step".
+  Result<TensorView> state_tensor(const std::string& name) const;
   Backend backend() const;
 
  private:

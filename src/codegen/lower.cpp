@@ -750,6 +750,12 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
+  if (g.mode == Mode::train) {
+    result.supported = false;
+    result.reason = "train plans run on the CPU reference executor for now (te-run --backend cpu); the GPU lowering of the "
+                    "backward and the optimizer is planned";
+    return result;
+  }
   bool any_delayed = false;
   for (const Value& v : g.values)
     if (v.kind != ValueKind::weight && v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_delayed)

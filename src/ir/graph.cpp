@@ -12,8 +12,25 @@ std::string_view to_string(ValueKind kind) {
     case ValueKind::input: return "input";
     case ValueKind::activation: return "activation";
     case ValueKind::weight: return "weight";
+    case ValueKind::state: return "state";
   }
   return "?";
+}
+
+std::string_view to_string(Phase phase) {
+  switch (phase) {
+    case Phase::weight_workspace: return "weight_workspace";
+    case Phase::forward: return "forward";
+    case Phase::backward: return "backward";
+    case Phase::optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+std::optional<Phase> parse_phase(std::string_view name) {
+  for (Phase p : {Phase::weight_workspace, Phase::forward, Phase::backward, Phase::optimizer})
+    if (to_string(p) == name) return p;
+  return std::nullopt;
 }
 
 nlohmann::json attributes_to_json(const Attributes& attrs) {
@@ -102,6 +119,10 @@ void verify(const Graph& graph) {
   std::vector<bool> defined(graph.values.size(), false);
   for (ValueId id = 0; id < static_cast<ValueId>(graph.values.size()); ++id)
     if (graph.value(id).kind != ValueKind::activation) defined[static_cast<size_t>(id)] = true;
+  for (const Value& v : graph.values)
+    if (v.storage)
+      TEC_INTERNAL_CHECK(graph.value(*v.storage).kind == ValueKind::state, {})
+          << "value '" << v.name << "' is stored in '" << graph.value(*v.storage).name << "', which is not state";
   for (NodeId n = 0; n < static_cast<NodeId>(graph.nodes.size()); ++n) {
     const Node& node = graph.node(n);
     for (ValueId in : node.inputs)

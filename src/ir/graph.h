@@ -27,14 +27,19 @@ enum class ValueKind : uint8_t {
   input,       // fed by the caller at run time
   activation,  // produced by a node
   weight,      // a parameter: a constant in inference, pre-quantized at compile time
+  // Train plans: kept by the session across runs (fp32 masters, main_grad, optimizer moments
+  // and step, runtime scalars). `weight` says how it starts; without one it starts at zero.
+  state,
 };
 std::string_view to_string(ValueKind kind);
 
 // Where a weight's values come from.
 struct WeightSource {
   enum class Kind : uint8_t { random, file, values } kind = Kind::random;
-  // random: seeded normal values with this mean and stddev (benchmarks and tests).
+  // random: seeded normal values with this mean and stddev (benchmarks and tests), drawn
+  // under the value's name, or `random_name` when set (a train plan's master draws its weight's).
   uint64_t seed = 0;
+  std::string random_name;
   float mean = 0.0f;
   float stddev = 0.0f;
   // file: a tensor in a safetensors file.
@@ -54,6 +59,9 @@ struct WeightSource {
     int block_rows = 0, block_cols = 0;  // Quantizer::fp8_static_weight's granularity
   };
   std::optional<StaticScales> static_scales;
+  // The values are rounded to this dtype first (a train plan's fp32 master starts from the
+  // model's bf16 weight, so that step 0 computes what the inference plan does).
+  DType rounded_to = DType::fp32;
 };
 
 struct Value {
@@ -68,6 +76,9 @@ struct Value {
   std::optional<Quantizer> quantizer;
   // Train mode: the gradient of this value (set by meta), when one flows.
   std::optional<TensorProto> grad;
+  // An in-place update (autodiff): this value is a later version of `storage`, a state value,
+  // and lives in its buffers. SSA keeps the order of reads and writes explicit.
+  std::optional<ValueId> storage;
 };
 
 using AttrValue = std::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
@@ -93,6 +104,8 @@ struct SavedTensor {
   std::string name;
   TensorProto proto;
   int aliases_input = -1;
+  // After autodiff, a saved tensor that is no alias is an extra output of its node: this value.
+  ValueId value = -1;
 };
 
 // Scratch a node needs beside its outputs, e.g. the all-gathered input of a
@@ -108,9 +121,28 @@ struct BackwardInfo {
     int saved_index;
     Usage usage;
   };
+  // One read of the gradient of forward output `output`: the gradient itself, or (quantized)
+  // its copy in the recipe's grad_output format, rowwise (a linear's dgrad) or columnwise (its
+  // wgrad). A linear's dbias reads the gradient itself, as TE's fused bgrad + quantize does.
+  struct GradRead {
+    int output;
+    bool quantized = false;
+    bool columnwise = false;
+  };
   std::vector<SavedRead> reads;
   std::vector<Workspace> workspaces;  // e.g. the quantized grad_output of a linear
+  std::vector<GradRead> grad_reads;   // empty: each output's gradient once, rowwise
 };
+
+// Where a node runs in a training step (ARCHITECTURE.md §12). Inference plans are all forward.
+enum class Phase : uint8_t {
+  weight_workspace,  // the weights' copies (FP8 or bf16) made from the fp32 masters
+  forward,
+  backward,
+  optimizer,
+};
+std::string_view to_string(Phase phase);
+std::optional<Phase> parse_phase(std::string_view name);
 
 struct Node {
   std::string name;
@@ -119,10 +151,27 @@ struct Node {
   std::vector<ValueId> outputs;
   Attributes attrs;
   std::string source;  // e.g. "graph.json /ops/1"
+  Phase phase = Phase::forward;
+  // A backward node (autodiff): it computes the input gradients of op `op` with the op's
+  // backward reference. Inputs: the saved tensors its backward reads, then the output
+  // gradients (BackwardInfo's order); outputs: the gradients of the forward input slots in
+  // `gradient_slots`, one each.
+  bool computes_backward = false;
+  std::vector<int> gradient_slots;
+  // Per input: read the tensor's columnwise copy (a backward GEMM's transposed operand).
+  std::vector<bool> columnwise_inputs;
   // Filled by the meta pass.
   std::vector<SavedTensor> saved;
   std::vector<Workspace> workspaces;
   std::optional<BackwardInfo> backward;
+};
+
+// What autodiff made of a train-mode graph, for the plan's manifest.
+struct TrainStep {
+  std::string optimizer = "none";  // none, adamw
+  std::string wgrad = "accumulate";  // accumulate (into main_grad), write (outputs <weight>.grad)
+  // State values the caller may set between runs (lr, the first-microbatch flag, ...).
+  std::vector<ValueId> runtime_scalars;
 };
 
 struct Graph {
@@ -136,6 +185,7 @@ struct Graph {
   Mode mode = Mode::infer;
   Target target;
   std::map<std::string, int64_t> dims;  // the profile this graph is built for
+  std::optional<TrainStep> train;       // set by autodiff
 
   ValueId add_value(Value value);
   NodeId add_node(Node node);  // sets the producer of its outputs

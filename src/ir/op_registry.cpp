@@ -44,7 +44,8 @@ std::vector<const OpDef*> OpRegistry::all() const {
 
 std::string OpRegistry::names() const {
   std::string out;
-  for (const auto& [name, def] : ops_) out += (out.empty() ? "" : ", ") + name;
+  for (const auto& [name, def] : ops_)
+    if (!def->compiler_only) out += (out.empty() ? "" : ", ") + name;
   return out;
 }
 

@@ -66,6 +66,7 @@ struct BackwardResult {
   std::vector<std::optional<TensorProto>> grad_inputs;  // per input slot; nullopt: no gradient
   std::vector<BackwardInfo::SavedRead> reads;
   std::vector<Workspace> workspaces;
+  std::vector<BackwardInfo::GradRead> grad_reads;  // empty: each output gradient once, rowwise
 };
 
 // A tensor's values on the host, as float, in row-major order: what the CPU reference of
@@ -95,7 +96,19 @@ struct OpDef {
   std::function<BackwardResult(const BackwardContext&)> infer_backward;
   // The CPU reference of the forward, in float (accumulating in fp32), used by the
   // reference executor. Inputs: activations, then params, as in the node.
+  // In train plans it also returns, after the outputs, the saved tensors that are no alias
+  // (a norm's mean and rsigma), in infer's order; inference plans drop them.
   std::function<std::vector<HostTensor>(const Attributes&, const std::vector<HostTensor>&)> reference;
+  // The CPU reference of the backward (train plans), in fp32. `in`: the saved tensors in the
+  // order of infer_backward's reads, then the output gradients in the order of its grad_reads,
+  // each as its read says (rowwise or columnwise copy, dequantized). Returns the gradient of
+  // every forward input slot; an empty HostTensor where a slot has none.
+  std::function<std::vector<HostTensor>(const Attributes&, const std::vector<HostTensor>&)> backward_reference;
+  // The gradient reaches every input unchanged (add, identity, quantize, dequantize): autodiff
+  // hands the gradient on and makes no backward node.
+  bool gradient_passes_through = false;
+  // Made by the compiler only (adamw); a model naming it is refused.
+  bool compiler_only = false;
 };
 
 class OpRegistry {

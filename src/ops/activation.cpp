@@ -16,12 +16,47 @@ float gelu_erf(float x) { return tec_gelu_erf(x); }
 float relu(float x) { return tec_relu(x); }
 float silu(float x) { return tec_silu(x); }
 
-// The elementwise function of an activation op, by name and attributes.
+// The elementwise function of an activation op, by name and attributes, and its derivative.
 Activation activation_function(const std::string& op, const Attributes& attrs) {
   if (op == "gelu") return attrs.get_string("approximate", "tanh") == "tanh" ? gelu_tanh : gelu_erf;
   if (op == "relu") return relu;
   if (op == "silu" || op == "swiglu") return silu;
   return gelu_tanh;  // geglu
+}
+
+Activation activation_derivative(const std::string& op, const Attributes& attrs) {
+  if (op == "gelu") return attrs.get_string("approximate", "tanh") == "tanh" ? tec_dgelu_tanh : tec_dgelu_erf;
+  if (op == "relu") return tec_drelu;
+  if (op == "silu" || op == "swiglu") return tec_dsilu;
+  return tec_dgelu_tanh;  // geglu
+}
+
+// in: x, dy. dx = dy f'(x).
+std::vector<HostTensor> backward_unary(const std::string& op, const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const Activation df = activation_derivative(op, attrs);
+  HostTensor dx = in[1];
+  for (size_t i = 0; i < dx.values.size(); ++i) dx.values[i] *= df(in[0].values[i]);
+  dx.shape = in[0].shape;
+  return {std::move(dx)};
+}
+
+// in: x = [a | b], dy. y = f(a) b: da = dy b f'(a), db = dy f(a).
+std::vector<HostTensor> backward_gated(const std::string& op, const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const Activation f = activation_function(op, attrs);
+  const Activation df = activation_derivative(op, attrs);
+  const HostTensor& x = in[0];
+  const HostTensor& dy = in[1];
+  const int64_t m = x.shape.rows(), n = x.shape.cols() / 2;
+  HostTensor dx{x.shape, std::vector<float>(x.values.size())};
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t j = 0; j < n; ++j) {
+      const float a = x.values[static_cast<size_t>(r * 2 * n + j)];
+      const float b = x.values[static_cast<size_t>(r * 2 * n + n + j)];
+      const float g = dy.values[static_cast<size_t>(r * n + j)];
+      dx.values[static_cast<size_t>(r * 2 * n + j)] = g * b * df(a);
+      dx.values[static_cast<size_t>(r * 2 * n + n + j)] = g * f(a);
+    }
+  return {std::move(dx)};
 }
 
 std::vector<HostTensor> reference_unary(const std::string& op, const Attributes& attrs, const std::vector<HostTensor>& in) {
@@ -70,9 +105,12 @@ OpDef activation(std::string name, std::string summary, bool gated, std::vector<
       .summary = std::move(summary),
       .attrs = std::move(attrs),
       .infer = gated ? infer_gated : infer_unary,
-      .infer_backward = passthrough_backward,
+      .infer_backward = elementwise_backward,
       .reference = [op, gated](const Attributes& a, const std::vector<HostTensor>& in) {
         return gated ? reference_gated(op, a, in) : reference_unary(op, a, in);
+      },
+      .backward_reference = [op, gated](const Attributes& a, const std::vector<HostTensor>& in) {
+        return gated ? backward_gated(op, a, in) : backward_unary(op, a, in);
       },
   };
 }

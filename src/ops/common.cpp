@@ -14,6 +14,7 @@ const OpRegistry& builtin_ops() {
     register_quantize_ops(r);
     register_shape_ops(r);
     register_tensor_math_ops(r);
+    register_optimizer_ops(r);
     return r;
   }();
   return registry;
@@ -41,9 +42,11 @@ std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx) 
 
 std::vector<HostTensor> identity_reference(const Attributes&, const std::vector<HostTensor>& in) { return {in.at(0)}; }
 
-BackwardResult passthrough_backward(const BackwardContext& ctx) {
-  return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}};
+BackwardResult elementwise_backward(const BackwardContext& ctx) {
+  return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}, {}};
 }
+
+BackwardResult passthrough_backward(const BackwardContext& ctx) { return BackwardResult{grads_like_inputs(ctx), {}, {}, {}}; }
 
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank) {
   const auto& p = ctx.inputs.at(static_cast<size_t>(slot));

@@ -16,6 +16,7 @@ void register_elementwise_ops(OpRegistry& registry);
 void register_quantize_ops(OpRegistry& registry);
 void register_shape_ops(OpRegistry& registry);
 void register_tensor_math_ops(OpRegistry& registry);
+void register_optimizer_ops(OpRegistry& registry);
 
 // A high-precision tensor of the same shape and nominal dtype (drops any quantizer).
 TensorProto dense_like(const TensorProto& proto);
@@ -30,7 +31,10 @@ std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx);
 // The forward reference of ops that move no values (identity, reshape, casts: the executor
 // dequantizes inputs and quantizes outputs).
 std::vector<HostTensor> identity_reference(const Attributes& attrs, const std::vector<HostTensor>& in);
-// The backward of an op that saves nothing and passes or rescales the gradient.
+// The backward of an op whose gradient kernel reads every saved tensor rowwise and the
+// output gradients (norms, activations, scale, bias, dropout, reshape).
+BackwardResult elementwise_backward(const BackwardContext& ctx);
+// The backward of an op whose gradient reaches its inputs unchanged (OpDef::gradient_passes_through).
 BackwardResult passthrough_backward(const BackwardContext& ctx);
 
 // numpy / ONNX multidirectional broadcasting: the result shape, or nullopt when the shapes

@@ -101,15 +101,14 @@ InferResult infer_linear(const InferContext& ctx) {
 }
 
 BackwardResult infer_linear_backward(const BackwardContext& ctx) {
+  const LinearConfig c(ctx.node.attrs);
   BackwardResult result;
   result.grad_inputs = grads_like_inputs(ctx);
   // wgrad reads x^T (columnwise), dgrad reads W^T (columnwise).
   result.reads = {{0, Usage{false, true}}, {1, Usage{false, true}}};
-  // dgrad reads dy rowwise, wgrad reads dy^T: the quantized gradient needs both copies.
-  if (auto q = ctx.graph.recipe.quantizer_for(TensorRole::grad_output)) {
-    result.workspaces.push_back(
-        {"grad_output_quantized", ctx.grad_outputs[0].with_quantizer(q).update_usage(Usage{true, true})});
-  }
+  // dgrad reads dy in the gradient format rowwise, wgrad columnwise; dbias sums dy itself.
+  result.grad_reads = {{0, true, false}, {0, true, true}};
+  if (c.bias) result.grad_reads.push_back({0, false, false});
   return result;
 }
 
@@ -135,6 +134,45 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
     }
   });
   return {std::move(y)};
+}
+
+// in: x (columnwise copy), W (columnwise copy), dy quantized rowwise, dy quantized
+// columnwise, [dy]. dx = dy W, dW = dy^T x, db = the column sums of dy; every sum in fp32,
+// in index order.
+std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const LinearConfig c(attrs);
+  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
+      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
+  const HostTensor& x = in[0];
+  const HostTensor& w = in[1];
+  const HostTensor& dy_rows = in[2];
+  const HostTensor& dy_cols = in[3];
+  const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
+  HostTensor dx{x.shape, std::vector<float>(static_cast<size_t>(m * k))};
+  parallel_for(m, [&](int64_t r) {
+    for (int64_t i = 0; i < k; ++i) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < n; ++j) acc += dy_rows.values[static_cast<size_t>(r * n + j)] * w.values[static_cast<size_t>(j * k + i)];
+      dx.values[static_cast<size_t>(r * k + i)] = acc;
+    }
+  });
+  HostTensor dw{w.shape, std::vector<float>(static_cast<size_t>(n * k))};
+  parallel_for(n, [&](int64_t j) {
+    for (int64_t i = 0; i < k; ++i) {
+      float acc = 0.0f;
+      for (int64_t r = 0; r < m; ++r) acc += dy_cols.values[static_cast<size_t>(r * n + j)] * x.values[static_cast<size_t>(r * k + i)];
+      dw.values[static_cast<size_t>(j * k + i)] = acc;
+    }
+  });
+  std::vector<HostTensor> grads{std::move(dx), std::move(dw)};
+  if (c.bias) {
+    const HostTensor& dy = in[4];
+    HostTensor db{Shape{n}, std::vector<float>(static_cast<size_t>(n), 0.0f)};
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < n; ++j) db.values[static_cast<size_t>(j)] += dy.values[static_cast<size_t>(r * n + j)];
+    grads.push_back(std::move(db));
+  }
+  return grads;
 }
 
 }  // namespace
@@ -164,6 +202,7 @@ void register_linear_ops(OpRegistry& registry) {
       .infer = infer_linear,
       .infer_backward = infer_linear_backward,
       .reference = reference_linear,
+      .backward_reference = backward_reference_linear,
   });
 }
 

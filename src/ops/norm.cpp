@@ -53,19 +53,60 @@ std::vector<HostTensor> reference_norm(const Attributes& attrs, const std::vecto
   const auto eps = static_cast<float>(attrs.get_float("eps", 1e-5));
   const float gamma_offset = attrs.get_bool("zero_centered_gamma", false) ? 1.0f : 0.0f;
   HostTensor y{x.shape, std::vector<float>(x.values.size())};
+  HostTensor means{Shape{m}, std::vector<float>(static_cast<size_t>(m))};
+  HostTensor rsigmas{Shape{m}, std::vector<float>(static_cast<size_t>(m))};
   for (int64_t r = 0; r < m; ++r) {
     const float* row = &x.values[static_cast<size_t>(r * k)];
     float mean = 0.0f;
     if (layernorm) mean = tec_row_sum_order(k, [&](int64_t i) { return row[i]; }) / static_cast<float>(k);
     const float var = tec_row_sum_order(k, [&](int64_t i) { return (row[i] - mean) * (row[i] - mean); });
     const float rsigma = 1.0f / std::sqrt(var / static_cast<float>(k) + eps);
+    means.values[static_cast<size_t>(r)] = mean;
+    rsigmas.values[static_cast<size_t>(r)] = rsigma;
     for (int64_t i = 0; i < k; ++i) {
       float v = (row[i] - mean) * rsigma * (in[1].values[static_cast<size_t>(i)] + gamma_offset);
       if (layernorm) v += in[2].values[static_cast<size_t>(i)];
       y.values[static_cast<size_t>(r * k + i)] = v;
     }
   }
-  return {std::move(y)};
+  if (layernorm) return {std::move(y), std::move(means), std::move(rsigmas)};
+  return {std::move(y), std::move(rsigmas)};
+}
+
+// in: x, gamma, [mean], rsigma, dy. With xhat = (x - mean) rsigma and g = dy * gamma:
+// dx = rsigma (g - mean(g) - xhat mean(g xhat)) (rmsnorm: no mean(g) term), dgamma = sum over
+// rows of dy xhat, dbeta = sum of dy. Row means in the row kernel's order, column sums in
+// row order, all in fp32.
+std::vector<HostTensor> backward_reference_norm(const Attributes& attrs, const std::vector<HostTensor>& in, bool layernorm) {
+  const HostTensor& x = in[0];
+  const HostTensor& gamma = in[1];
+  const HostTensor& rsigmas = in[layernorm ? 3 : 2];
+  const HostTensor& dy = in[layernorm ? 4 : 3];
+  const int64_t m = x.shape.rows(), k = x.shape.cols();
+  const float gamma_offset = attrs.get_bool("zero_centered_gamma", false) ? 1.0f : 0.0f;
+  HostTensor dx{x.shape, std::vector<float>(x.values.size())};
+  HostTensor dgamma{gamma.shape, std::vector<float>(static_cast<size_t>(k), 0.0f)};
+  HostTensor dbeta{gamma.shape, std::vector<float>(static_cast<size_t>(k), 0.0f)};
+  std::vector<float> xhat(static_cast<size_t>(k)), g(static_cast<size_t>(k));
+  for (int64_t r = 0; r < m; ++r) {
+    const float mean = layernorm ? in[2].values[static_cast<size_t>(r)] : 0.0f;
+    const float rsigma = rsigmas.values[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < k; ++i) {
+      const auto e = static_cast<size_t>(r * k + i);
+      xhat[static_cast<size_t>(i)] = (x.values[e] - mean) * rsigma;
+      g[static_cast<size_t>(i)] = dy.values[e] * (gamma.values[static_cast<size_t>(i)] + gamma_offset);
+      dgamma.values[static_cast<size_t>(i)] += dy.values[e] * xhat[static_cast<size_t>(i)];
+      dbeta.values[static_cast<size_t>(i)] += dy.values[e];
+    }
+    const float mean_g = layernorm ? tec_row_sum_order(k, [&](int64_t i) { return g[static_cast<size_t>(i)]; }) / static_cast<float>(k) : 0.0f;
+    const float mean_gx =
+        tec_row_sum_order(k, [&](int64_t i) { return g[static_cast<size_t>(i)] * xhat[static_cast<size_t>(i)]; }) / static_cast<float>(k);
+    for (int64_t i = 0; i < k; ++i)
+      dx.values[static_cast<size_t>(r * k + i)] =
+          rsigma * (g[static_cast<size_t>(i)] - mean_g - xhat[static_cast<size_t>(i)] * mean_gx);
+  }
+  if (layernorm) return {std::move(dx), std::move(dgamma), std::move(dbeta)};
+  return {std::move(dx), std::move(dgamma)};
 }
 
 }  // namespace
@@ -78,8 +119,9 @@ void register_norm_ops(OpRegistry& registry) {
       .check_attributes = check_norm_attributes,
       .params = [](const Attributes& a, DType d) { return norm_params(a, d, true); },
       .infer = [](const InferContext& ctx) { return infer_norm(ctx, true); },
-      .infer_backward = passthrough_backward,
+      .infer_backward = elementwise_backward,
       .reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return reference_norm(a, in, true); },
+      .backward_reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return backward_reference_norm(a, in, true); },
   });
   registry.add(OpDef{
       .name = "rmsnorm",
@@ -88,8 +130,9 @@ void register_norm_ops(OpRegistry& registry) {
       .check_attributes = check_norm_attributes,
       .params = [](const Attributes& a, DType d) { return norm_params(a, d, false); },
       .infer = [](const InferContext& ctx) { return infer_norm(ctx, false); },
-      .infer_backward = passthrough_backward,
+      .infer_backward = elementwise_backward,
       .reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return reference_norm(a, in, false); },
+      .backward_reference = [](const Attributes& a, const std::vector<HostTensor>& in) { return backward_reference_norm(a, in, false); },
   });
 }
 

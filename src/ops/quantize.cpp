@@ -51,6 +51,7 @@ void register_quantize_ops(OpRegistry& registry) {
       .infer = infer_quantize,
       .infer_backward = passthrough_backward,
       .reference = identity_reference,
+      .gradient_passes_through = true,
   });
   registry.add(OpDef{
       .name = "dequantize",
@@ -59,6 +60,7 @@ void register_quantize_ops(OpRegistry& registry) {
       .infer = infer_dequantize,
       .infer_backward = passthrough_backward,
       .reference = identity_reference,
+      .gradient_passes_through = true,
   });
 }
 

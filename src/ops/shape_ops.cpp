@@ -46,9 +46,10 @@ void register_shape_ops(OpRegistry& registry) {
       .summary = "view with a new shape (one dim may be -1)",
       .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the new shape; dims may name graph dims"}},
       .infer = infer_reshape,
-      .infer_backward = passthrough_backward,
-      // Values are unchanged; the executor gives the output its planned shape.
+      .infer_backward = elementwise_backward,
+      // Values are unchanged; the executor gives the output (and the gradient) its planned shape.
       .reference = identity_reference,
+      .backward_reference = identity_reference,
   });
   registry.add(OpDef{
       .name = "identity",
@@ -56,6 +57,7 @@ void register_shape_ops(OpRegistry& registry) {
       .infer = [](const InferContext& ctx) { return InferResult{{ctx.inputs[0]}, {}, {}}; },
       .infer_backward = passthrough_backward,
       .reference = identity_reference,
+      .gradient_passes_through = true,
   });
 }
 

@@ -28,9 +28,10 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
     Step step;
     step.name = g.node(n).name;
     step.kind = g.node(n).op == "linear" ? StepKind::gemm : StepKind::kernel;
+    step.phase = g.node(n).phase;
     step.nodes.push_back(n);
     const Value& out = g.value(g.node(n).outputs[0]);
-    if (out.quantizer && g.node(n).op != "linear")
+    if (out.quantizer && g.node(n).op != "linear" && g.node(n).op != "quantize" && !g.node(n).computes_backward)
       step.fusions.push_back("quantize of '" + out.name + "' fused into " + g.node(n).op + " (" +
                              (g.node(n).op == "layernorm" || g.node(n).op == "rmsnorm" ? "norm" : "producer") +
                              " + quantize)");
@@ -65,6 +66,28 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
       }
       return st;
     };
+    if (node.phase == Phase::backward) {
+      // A weight gradient added into main_grad: the wgrad GEMM's C with beta = 1. A gradient's
+      // quantize: fused into the kernel that makes the gradient.
+      const bool into_main_grad = node.op == "add" && g.value(node.outputs[0]).storage.has_value();
+      const int st = into_main_grad ? joinable(1) : node.op == "quantize" ? joinable(0) : -1;
+      if (st >= 0 && into_main_grad && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&
+          g.node(s.steps[static_cast<size_t>(st)].nodes.back()).computes_backward) {
+        join(st, n, node.inputs[1], "main_grad accumulation fused into " + s.steps[static_cast<size_t>(st)].name + "'s wgrad GEMM (C, beta=1)");
+        continue;
+      }
+      if (st >= 0 && node.op == "quantize" && s.steps[static_cast<size_t>(st)].kind == StepKind::kernel) {
+        join(st, n, node.inputs[0], "quantize of gradient '" + g.value(node.inputs[0]).name + "' fused into " +
+                                        g.node(s.steps[static_cast<size_t>(st)].nodes.back()).name);
+        continue;
+      }
+      start_step(n);
+      continue;
+    }
+    if (node.phase != Phase::forward) {
+      start_step(n);
+      continue;
+    }
     if (has_epilogue(node)) {
       const int st = joinable(0);
       if (st >= 0 && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&

@@ -1,7 +1,9 @@
 #include "passes/memory_plan.h"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
+#include <set>
 
 namespace tec {
 
@@ -9,6 +11,7 @@ std::string_view to_string(Region region) {
   switch (region) {
     case Region::constants: return "constants";
     case Region::state: return "state";
+    case Region::workspace: return "workspace";
     case Region::input: return "input";
     case Region::output: return "output";
     case Region::scratch: return "scratch";
@@ -47,24 +50,60 @@ namespace {
 
 struct Lifetimes {
   std::vector<int> first, last;  // per value
+  // The last step reading each value's rowwise and its columnwise copy (train plans: the
+  // forward GEMM reads x rowwise, the wgrad reads x columnwise in the backward).
+  std::vector<int> last_rowwise, last_columnwise;
 };
 
 Lifetimes value_lifetimes(const Graph& g, const Schedule& s) {
-  const int end = static_cast<int>(s.steps.size()) - 1;
-  Lifetimes l{std::vector<int>(g.values.size(), 0), std::vector<int>(g.values.size(), -1)};
+  const size_t count = g.values.size();
+  Lifetimes l{std::vector<int>(count, 0), std::vector<int>(count, -1), std::vector<int>(count, -1), std::vector<int>(count, -1)};
   for (size_t st = 0; st < s.steps.size(); ++st)
     for (NodeId n : s.steps[st].nodes) {
       const Node& node = g.node(n);
       for (ValueId out : node.outputs) l.first[static_cast<size_t>(out)] = static_cast<int>(st);
-      for (ValueId in : node.inputs)
-        l.last[static_cast<size_t>(in)] = std::max(l.last[static_cast<size_t>(in)], static_cast<int>(st));
-      // A saved alias keeps its input alive for the backward, which runs after every
-      // forward step.
-      for (const auto& saved : node.saved)
-        if (saved.aliases_input >= 0) l.last[static_cast<size_t>(node.inputs[static_cast<size_t>(saved.aliases_input)])] = end;
+      // Train plans: a saved tensor is an input (or output) of the backward node that reads
+      // it, so it lives from its forward producer to its last backward reader.
+      for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+        const auto in = static_cast<size_t>(node.inputs[slot]);
+        l.last[in] = std::max(l.last[in], static_cast<int>(st));
+        const bool columnwise = slot < node.columnwise_inputs.size() && node.columnwise_inputs[slot];
+        int& last = columnwise ? l.last_columnwise[in] : l.last_rowwise[in];
+        last = std::max(last, static_cast<int>(st));
+      }
     }
-  for (size_t v = 0; v < g.values.size(); ++v) l.last[v] = std::max(l.last[v], l.first[v]);
+  for (size_t v = 0; v < count; ++v) {
+    l.last[v] = std::max(l.last[v], l.first[v]);
+    // Graph outputs are read after the last step (rowwise).
+    if (g.is_output(static_cast<ValueId>(v))) l.last_rowwise[v] = l.last[v];
+  }
   return l;
+}
+
+bool is_columnwise_role(BufferRole role) {
+  return role == BufferRole::columnwise_data || role == BufferRole::columnwise_scale_inv || role == BufferRole::columnwise_amax;
+}
+
+BufferRole columnwise_counterpart(BufferRole role) {
+  switch (role) {
+    case BufferRole::data: return BufferRole::columnwise_data;
+    case BufferRole::scale_inv: return BufferRole::columnwise_scale_inv;
+    case BufferRole::amax: return BufferRole::columnwise_amax;
+    default: return role;
+  }
+}
+
+// A buffer of one direction lives until the last read of that direction (the rowwise copy of
+// a saved FP8 input is free once the forward GEMM has read it); a buffer both directions
+// share (per-tensor FP8's one scale_inv) until the last read of either.
+int last_reader_of(BufferRole role, const std::vector<BufferSpec>& specs, const Lifetimes& life, size_t v) {
+  const bool has_counterpart = std::any_of(specs.begin(), specs.end(), [&](const BufferSpec& s) {
+    return !is_columnwise_role(role) && s.role == columnwise_counterpart(role) && s.role != role;
+  });
+  int last = life.last[v];
+  if (is_columnwise_role(role)) last = life.last_columnwise[v];
+  else if (has_counterpart) last = life.last_rowwise[v];
+  return std::max(last, life.first[v]);
 }
 
 }  // namespace
@@ -98,14 +137,21 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
 
   for (ValueId id = 0; id < static_cast<ValueId>(g.values.size()); ++id) {
     const Value& v = g.value(id);
-    if (s.internal[static_cast<size_t>(id)]) continue;
+    if (s.internal[static_cast<size_t>(id)] || v.storage) continue;  // in registers, or in its state value's buffers
     Region region = Region::scratch;
     if (v.kind == ValueKind::weight) region = Region::constants;
+    else if (v.kind == ValueKind::state) region = Region::state;
+    else if (v.producer >= 0 && g.node(v.producer).phase == Phase::weight_workspace) region = Region::workspace;
     else if (v.kind == ValueKind::input) region = Region::input;
     else if (g.is_output(id)) region = Region::output;
-    for (const BufferSpec& spec : v.proto.buffers(g.target))
+    const auto specs = v.proto.buffers(g.target);
+    for (const BufferSpec& spec : specs)
       add(v.name, value_buffer_name(v.name, spec.role), spec, region, life.first[static_cast<size_t>(id)],
-          life.last[static_cast<size_t>(id)]);
+          last_reader_of(spec.role, specs, life, static_cast<size_t>(id)));
+    // A state value's starting values (a master's weights, an optimizer's hyperparameters):
+    // a constant the session copies into the state when it is created.
+    if (v.kind == ValueKind::state && v.weight)
+      for (const BufferSpec& spec : specs) add(v.name, v.name + ".init", spec, Region::constants, 0, end, "init");
     // Delayed scaling state of activations; constant weights are quantized once, at compile
     // time, from their own amax, and keep no state.
     if (v.proto.quantizer && v.kind != ValueKind::weight)
@@ -120,11 +166,6 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
         add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec, Region::scratch,
             static_cast<int>(st), static_cast<int>(st));
   for (size_t st = 0; st < s.steps.size(); ++st)
-    for (const Workspace& w : s.steps[st].workspaces)
-      for (const BufferSpec& spec : w.proto.buffers(g.target))
-        add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec, Region::scratch,
-            static_cast<int>(st), static_cast<int>(st));
-  for (size_t st = 0; st < s.steps.size(); ++st)
     for (NodeId n : s.steps[st].nodes) {
       const Node& node = g.node(n);
       for (const Workspace& w : node.workspaces)
@@ -132,15 +173,13 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
           add(node.name, node.name + "." + w.name + "." + std::string(to_string(spec.role)), spec, Region::scratch,
               static_cast<int>(st), static_cast<int>(st));
       for (const SavedTensor& saved : node.saved)
-        if (saved.aliases_input < 0)
-          for (const BufferSpec& spec : saved.proto.buffers(g.target))
-            add(node.name, node.name + ".saved." + saved.name + "." + std::string(to_string(spec.role)), spec,
-                Region::scratch, static_cast<int>(st), end);
+        TEC_INTERNAL_CHECK(saved.aliases_input >= 0 || saved.value >= 0, g.context(n, "memory_plan"))
+            << "saved tensor '" << saved.name << "' is not a value; autodiff must run before memory_plan";
     }
 
   // Fixed regions, one after another, then the packed scratch region.
   int64_t cursor = 0;
-  for (Region region : {Region::state, Region::input, Region::output})
+  for (Region region : {Region::state, Region::workspace, Region::input, Region::output})
     for (PlannedBuffer& b : plan.buffers)
       if (b.region == region) {
         b.offset = cursor;
@@ -167,6 +206,38 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
   plan.naive_bytes = checked_add(cursor, plan.scratch_naive_bytes);
   plan.constant_bytes = constants;
   return plan;
+}
+
+TrainMemory train_memory(const Graph& g, const MemoryPlan& plan) {
+  TrainMemory m;
+  std::map<ValueId, Usage> saved;  // each saved value once, with the copies read
+  std::set<std::string> backward_nodes;
+  for (const Node& node : g.nodes)
+    if (node.computes_backward) backward_nodes.insert(node.name);
+  for (const Node& node : g.nodes) {
+    if (!node.backward || !backward_nodes.count(node.name + ".backward")) continue;
+    for (const auto& read : node.backward->reads) {
+      const SavedTensor& s = node.saved.at(static_cast<size_t>(read.saved_index));
+      const ValueId v = s.aliases_input >= 0 ? node.inputs.at(static_cast<size_t>(s.aliases_input)) : s.value;
+      auto [it, fresh] = saved.emplace(v, read.usage);
+      if (!fresh) it->second = it->second | read.usage;
+    }
+  }
+  for (const auto& [v, usage] : saved) {
+    const TensorProto& p = g.value(v).proto;
+    const int64_t bytes = p.is_quantized() ? p.update_usage(usage).bytes(g.target) : p.bytes(g.target);
+    m.saved_bytes = checked_add(m.saved_bytes, bytes);
+    const bool made_to_be_saved = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
+      return std::any_of(n.saved.begin(), n.saved.end(), [&](const SavedTensor& s) { return s.aliases_input < 0 && s.value == v; });
+    });
+    if (made_to_be_saved) m.saved_new_bytes = checked_add(m.saved_new_bytes, bytes);
+  }
+  m.bytes_saved_by_aliasing = m.saved_bytes - m.saved_new_bytes;
+  for (const PlannedBuffer& b : plan.buffers) {
+    if (b.region == Region::state) m.state_bytes = checked_add(m.state_bytes, b.bytes);
+    if (b.region == Region::workspace) m.workspace_bytes = checked_add(m.workspace_bytes, b.bytes);
+  }
+  return m;
 }
 
 }  // namespace tec

@@ -14,7 +14,9 @@ namespace tec {
 
 inline constexpr int64_t kArenaAlignment = 256;
 
-enum class Region : uint8_t { constants, state, input, output, scratch };
+// workspace: train plans' weight copies made from the masters, kept across runs so that a
+// microbatch after the first may skip remaking them.
+enum class Region : uint8_t { constants, state, workspace, input, output, scratch };
 std::string_view to_string(Region region);
 
 struct PlannedBuffer {
@@ -58,6 +60,20 @@ struct Interval {
 int64_t pack_intervals(std::span<const Interval> intervals, std::vector<int64_t>& offsets);
 
 MemoryPlan memory_plan(const Graph& graph, const Schedule& schedule);
+
+// Train plans: what a step holds for its backward, and what persists across steps.
+struct TrainMemory {
+  // The buffers the backward nodes read as saved tensors, each once, in the copies they read
+  // (the FP8 columnwise copy of a linear's input, not its rowwise copy): TE's save layout.
+  int64_t saved_bytes = 0;
+  int64_t saved_new_bytes = 0;  // of which tensors made only to be saved (mean, rsigma, a mask)
+  // Of which the forward's own tensors, held rather than copied (the seeds' aliases), once
+  // each however many backward nodes read them.
+  int64_t bytes_saved_by_aliasing = 0;
+  int64_t state_bytes = 0;      // masters, main_grad, optimizer moments, scalars, scaling state
+  int64_t workspace_bytes = 0;  // the weights' copies made from the masters
+};
+TrainMemory train_memory(const Graph& graph, const MemoryPlan& plan);
 
 // The buffer names memory_plan gives: "ln.data", "act.state.scale", "fc1+act.ws.staging.data".
 std::string value_buffer_name(const std::string& value, BufferRole role);

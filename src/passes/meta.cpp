@@ -85,7 +85,12 @@ void run_backward(Graph& g) {
     for (const auto& read : result.reads)
       TEC_INTERNAL_CHECK(read.saved_index >= 0 && static_cast<size_t>(read.saved_index) < node.saved.size(), ctx)
           << "infer_backward reads saved tensor " << read.saved_index << " of " << node.saved.size();
-    node.backward = BackwardInfo{std::move(result.reads), std::move(result.workspaces)};
+    if (result.grad_reads.empty())
+      for (size_t o = 0; o < node.outputs.size(); ++o) result.grad_reads.push_back({static_cast<int>(o), false, false});
+    for (const auto& read : result.grad_reads)
+      TEC_INTERNAL_CHECK(read.output >= 0 && static_cast<size_t>(read.output) < node.outputs.size(), ctx)
+          << "infer_backward reads the gradient of output " << read.output;
+    node.backward = BackwardInfo{std::move(result.reads), std::move(result.workspaces), std::move(result.grad_reads)};
     for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
       const Value& in = g.value(node.inputs[slot]);
       if (!result.grad_inputs[slot] || !in.proto.requires_grad) continue;

@@ -1,5 +1,5 @@
 // The compiler passes (ARCHITECTURE.md §5), each a function from Graph to Graph, one file
-// each. They run in this order: apply_recipe, meta, usage.
+// each. They run in this order: apply_recipe, meta, usage, autodiff.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -20,6 +20,24 @@ Graph meta(Graph graph);
 // Decides rowwise/columnwise usage of every quantized tensor from who reads it, then checks
 // that every buffer of every tensor is valid for its format (LAYOUTS.md).
 Graph usage(Graph graph);
+
+// What a training step does beside forward and backward (te-compile --optimizer, --wgrad).
+struct TrainOptions {
+  enum class Optimizer : uint8_t { none, adamw } optimizer = Optimizer::none;
+  // accumulate: weight gradients add into fp32 main_grad state (TE's wgrad, beta = 1), for
+  // the optimizer or the caller; write: each step writes them, in the model dtype, as outputs
+  // "<weight>.grad" (PyTorch's .grad of bf16 parameters).
+  enum class WeightGrad : uint8_t { accumulate, write } wgrad = WeightGrad::accumulate;
+  // AdamW's runtime scalars as the plan starts them; a session may change them between runs.
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
+};
+std::string_view to_string(TrainOptions::Optimizer optimizer);
+std::string_view to_string(TrainOptions::WeightGrad wgrad);
+
+// Train mode: builds the training step from the meta'd graph: weight workspaces from fp32
+// masters, the forward writing its saved tensors, the backward nodes from each op's
+// infer_backward, main_grad accumulation, and the optional optimizer. Infer mode: unchanged.
+Graph autodiff(Graph graph, const TrainOptions& options);
 
 // Sizes after meta/usage, for the human summary and tests.
 struct MetaSummary {

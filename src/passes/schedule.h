@@ -16,6 +16,7 @@ std::string_view to_string(StepKind kind);
 struct Step {
   std::string name;            // the node names joined by '+', e.g. "fc1+act"
   StepKind kind = StepKind::kernel;
+  Phase phase = Phase::forward;  // of its nodes; weight_workspace steps may be skipped (microbatches)
   std::vector<NodeId> nodes;   // in execution order
   std::vector<std::string> fusions;  // each fusion decision and its reason
   std::vector<int> deps;       // steps that must finish first (set by schedule)

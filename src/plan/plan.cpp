@@ -4,6 +4,10 @@
 // TensorProto says (LAYOUTS.md).
 #include "plan/plan.h"
 
+#include <cmath>
+#include <cstring>
+#include <set>
+
 #include "plan/file.h"
 #include "plan/format.h"
 
@@ -26,6 +30,7 @@ class Reader {
     TEC_USER_CHECK(j_.contains(key), ctx()) << "missing field '" << key << "'";
     return j_[key];
   }
+  bool contains(const std::string& key) const { return j_.contains(key); }
   std::string optional_str(const std::string& key) const { return j_.contains(key) ? str(key) : std::string(); }
   int64_t optional_integer(const std::string& key, int64_t lo, int64_t hi) const { return j_.contains(key) ? integer(key, lo, hi) : 0; }
   bool optional_boolean(const std::string& key) const {
@@ -99,6 +104,51 @@ AttrValue attr_from_json(const json& v, const ErrorContext& ctx) {
   return out;
 }
 
+bool is_columnwise_role(BufferRole role) {
+  return role == BufferRole::columnwise_data || role == BufferRole::columnwise_scale_inv || role == BufferRole::columnwise_amax;
+}
+
+// Every tensor a step reads was written before (by an earlier step, an earlier op of the same
+// step, the caller, or the plan's constants and state), and every buffer a step touches is
+// alive in that step: a hostile plan cannot make an executor read a freed or foreign buffer.
+void check_dataflow(const Profile& p, const Reader& r) {
+  std::set<std::string> written;
+  for (const auto& [name, t] : p.tensors)
+    if (t.kind != "activation") written.insert(name);
+  auto check_alive = [&](const Tensor& t, int step, bool columnwise, const std::string& what, const ErrorContext& ctx) {
+    for (const auto& [role, index] : t.buffers) {
+      if (columnwise != is_columnwise_role(role) && t.proto.quantizer) {
+        // the other direction's copy; per-tensor FP8 shares one scale_inv, checked below
+        if (!(role == BufferRole::scale_inv && columnwise && !t.buffers.count(BufferRole::columnwise_scale_inv))) continue;
+      }
+      const Buffer& b = p.buffers[static_cast<size_t>(index)];
+      if (b.region != "scratch") continue;
+      TEC_USER_CHECK(b.first_step <= step && step <= b.last_step, ctx)
+          << what << " '" << t.name << "' in step " << step << ", but its buffer '" << b.name << "' lives in steps ["
+          << b.first_step << ", " << b.last_step << "]";
+    }
+  };
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& step = p.steps[s];
+    for (const Op& op : step.ops) {
+      const ErrorContext ctx{"plan", op.node, op.op, "step '" + step.name + "'"};
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const Tensor& t = p.tensors.at(op.inputs[i]);
+        TEC_USER_CHECK(written.count(t.name), ctx) << "reads '" << t.name << "', which no earlier step writes";
+        check_alive(t, static_cast<int>(s), op.columnwise_inputs.size() > i && op.columnwise_inputs[i], "reads", ctx);
+      }
+      for (const auto& name : op.outputs) {
+        const Tensor& t = p.tensors.at(name);
+        TEC_USER_CHECK(t.kind == "activation", ctx) << "writes '" << name << "', a tensor of kind " << t.kind;
+        TEC_USER_CHECK(written.insert(name).second, ctx) << "writes '" << name << "', which an earlier step wrote";
+        check_alive(t, static_cast<int>(s), false, "writes", ctx);
+        if (t.proto.quantizer && t.proto.usage.columnwise) check_alive(t, static_cast<int>(s), true, "writes", ctx);
+      }
+    }
+  }
+  for (const auto& name : p.outputs) TEC_USER_CHECK(written.count(name), r.ctx("outputs")) << "no step writes output '" << name << "'";
+}
+
 Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes) {
   Buffer b;
   b.name = r.str("name");
@@ -108,8 +158,8 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
   b.role = *role;
   b.state = r.str("state");
   b.region = r.str("region");
-  TEC_USER_CHECK(b.region == "constants" || b.region == "state" || b.region == "input" || b.region == "output" ||
-                     b.region == "scratch",
+  TEC_USER_CHECK(b.region == "constants" || b.region == "state" || b.region == "workspace" || b.region == "input" ||
+                     b.region == "output" || b.region == "scratch",
                  r.ctx("region"))
       << "unknown region '" << b.region << "'";
   b.dtype = r.dtype("dtype");
@@ -316,8 +366,10 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     Tensor tensor;
     tensor.name = t.str("name");
     tensor.kind = t.str("kind");
-    TEC_USER_CHECK(tensor.kind == "input" || tensor.kind == "activation" || tensor.kind == "weight", t.ctx("kind"))
-        << "unknown tensor kind";
+    TEC_USER_CHECK(tensor.kind == "input" || tensor.kind == "activation" || tensor.kind == "weight" || tensor.kind == "state",
+                   t.ctx("kind"))
+        << "unknown tensor kind '" << tensor.kind << "' (expected input, activation, weight or state)";
+    tensor.storage = t.optional_str("storage");
     tensor.proto = TensorProto::dense(t.shape("shape"), t.dtype("dtype"));
     if (!t.field("quantizer").is_null()) {
       tensor.proto.quantizer = with_context(t.ctx("quantizer"), [&] { return quantizer_from_json(t.field("quantizer")); });
@@ -349,10 +401,36 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
         TEC_USER_CHECK(it != tensor.buffers.end(), t.ctx("buffers"))
             << "tensor '" << tensor.name << "' lacks its " << to_string(spec.role) << " buffer";
         const Buffer& b = p.buffers[static_cast<size_t>(it->second)];
-        TEC_USER_CHECK(b.bytes == spec.bytes && b.dtype == spec.dtype && b.tensor == tensor.name, t.ctx("buffers"))
+        const std::string& owner = tensor.storage.empty() ? tensor.name : tensor.storage;
+        TEC_USER_CHECK(b.bytes == spec.bytes && b.dtype == spec.dtype && b.tensor == owner, t.ctx("buffers"))
             << "buffer '" << b.name << "' does not match tensor '" << tensor.name << "': " << to_string(spec.role)
             << " needs " << spec.bytes << " bytes of " << to_string(spec.dtype);
+        TEC_USER_CHECK((tensor.kind == "state" || !tensor.storage.empty()) == (b.region == "state"), t.ctx("buffers"))
+            << "tensor '" << tensor.name << "' (" << tensor.kind << ") has buffer '" << b.name << "' in region " << b.region
+            << "; state tensors, and only they, live in the state region";
       }
+    }
+    if (!tensor.storage.empty()) {
+      auto base = p.tensors.find(tensor.storage);
+      TEC_USER_CHECK(base != p.tensors.end() && base->second.kind == "state" && tensor.kind == "activation", t.ctx("storage"))
+          << "tensor '" << tensor.name << "' is stored in '" << tensor.storage << "', which is no earlier state tensor";
+      TEC_USER_CHECK(base->second.proto.shape == tensor.proto.shape && base->second.proto.dtype == tensor.proto.dtype &&
+                         base->second.buffers == tensor.buffers,
+                     t.ctx("storage"))
+          << "tensor '" << tensor.name << "' differs from its storage '" << tensor.storage << "' in shape, dtype or buffers";
+    }
+    if (tensor.kind == "state") {
+      TEC_USER_CHECK(!tensor.buffers.empty() && !tensor.proto.quantizer, t.ctx("buffers"))
+          << "state tensor '" << tensor.name << "' needs one unquantized buffer";
+      if (auto init = tensor.state.find("init"); init != tensor.state.end()) {
+        const Buffer& b = p.buffers[static_cast<size_t>(init->second)];
+        const Buffer& data = p.buffers[static_cast<size_t>(tensor.buffers.at(BufferRole::data))];
+        TEC_USER_CHECK(b.region == "constants" && b.bytes == data.bytes && b.dtype == data.dtype, t.ctx("state"))
+            << "state tensor '" << tensor.name << "': its init buffer '" << b.name << "' must be a constant of " << data.bytes
+            << " bytes of " << to_string(data.dtype);
+      }
+    } else {
+      TEC_USER_CHECK(!tensor.state.count("init"), t.ctx("state")) << "only state tensors have an init buffer";
     }
     if (tensor.proto.quantizer)
       for (const auto& st : tensor.proto.quantizer->state_buffers()) {
@@ -376,6 +454,12 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     step.kind = s.str("kind");
     TEC_USER_CHECK(step.kind == "gemm" || step.kind == "kernel", s.ctx("kind")) << "unknown step kind";
     step.fusions = s.strings("fusions");
+    if (const std::string phase = s.optional_str("phase"); !phase.empty()) {
+      const auto parsed = parse_phase(phase);
+      TEC_USER_CHECK(parsed.has_value(), s.ctx("phase"))
+          << "unknown phase '" << phase << "' (expected weight_workspace, forward, backward or optimizer)";
+      step.phase = *parsed;
+    }
     for (const auto& d : s.array("deps")) {
       TEC_USER_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() < static_cast<int64_t>(i),
                      s.ctx("deps"))
@@ -395,6 +479,28 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       for (const auto& [key, value] : o.field("attrs").items()) op.attrs.values[key] = attr_from_json(value, o.ctx("attrs"));
       for (const auto& name : op.inputs) TEC_USER_CHECK(known(name), o.ctx("inputs")) << "step reads unknown tensor '" << name << "'";
       for (const auto& name : op.outputs) TEC_USER_CHECK(known(name), o.ctx("outputs")) << "step writes unknown tensor '" << name << "'";
+      op.backward = o.optional_boolean("backward");
+      op.columnwise_inputs.assign(op.inputs.size(), false);
+      if (o.contains("columnwise_inputs"))
+        for (const auto& index : o.array("columnwise_inputs")) {
+          TEC_USER_CHECK(index.is_number_integer() && index.get<int64_t>() >= 0 && index.get<int64_t>() < static_cast<int64_t>(op.inputs.size()),
+                         o.ctx("columnwise_inputs"))
+              << "expected input indices, got " << index.dump();
+          const Tensor& t = p.tensors.at(op.inputs[index.get<size_t>()]);
+          TEC_USER_CHECK(t.proto.quantizer && t.proto.usage.columnwise, o.ctx("columnwise_inputs"))
+              << "reads the columnwise copy of '" << t.name << "', which has none";
+          op.columnwise_inputs[index.get<size_t>()] = true;
+        }
+      if (op.backward) {
+        for (const auto& slot : o.array("gradient_slots")) {
+          TEC_USER_CHECK(slot.is_number_integer() && slot.get<int64_t>() >= 0 && slot.get<int64_t>() < 1024, o.ctx("gradient_slots"))
+              << "expected input slot numbers, got " << slot.dump();
+          op.gradient_slots.push_back(slot.get<int>());
+        }
+        TEC_USER_CHECK(op.gradient_slots.size() == op.outputs.size(), o.ctx("gradient_slots"))
+            << "a backward op names the input slot of each of its " << op.outputs.size() << " outputs, got "
+            << op.gradient_slots.size();
+      }
       step.ops.push_back(std::move(op));
     }
     p.steps.push_back(std::move(step));
@@ -407,8 +513,32 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
   for (const auto& name : p.outputs)
     TEC_USER_CHECK(known(name) && !p.tensors.at(name).buffers.empty(), r.ctx("outputs")) << "output '" << name << "' has no buffers";
   for (const auto& name : p.delayed)
-    TEC_USER_CHECK(known(name) && p.tensors.at(name).state.size() == 2, r.ctx("delayed"))
+    TEC_USER_CHECK(known(name) && p.tensors.at(name).state.count("scale") && p.tensors.at(name).state.count("amax_history"),
+                   r.ctx("delayed"))
         << "delayed tensor '" << name << "' has no scale and amax_history state";
+  if (r.contains("train") && !r.field("train").is_null()) {
+    const Reader train(r.field("train"), path + "/train", file);
+    p.train = true;
+    p.optimizer = train.str("optimizer");
+    p.wgrad = train.str("wgrad");
+    TEC_USER_CHECK(p.optimizer == "none" || p.optimizer == "adamw", train.ctx("optimizer")) << "unknown optimizer '" << p.optimizer << "'";
+    TEC_USER_CHECK(p.wgrad == "accumulate" || p.wgrad == "write", train.ctx("wgrad")) << "unknown wgrad '" << p.wgrad << "'";
+    p.runtime_scalars = train.strings("runtime_scalars");
+    for (const auto& name : p.runtime_scalars) {
+      TEC_USER_CHECK(known(name) && p.tensors.at(name).kind == "state" && p.tensors.at(name).proto.shape == Shape({1}) &&
+                         p.tensors.at(name).proto.dtype == DType::fp32,
+                     train.ctx("runtime_scalars"))
+          << "runtime scalar '" << name << "' is no fp32 state tensor of shape [1]";
+      // A hyperparameter the plan starts with must be a number (a NaN lr would poison every master).
+      if (auto init = p.tensors.at(name).state.find("init"); init != p.tensors.at(name).state.end()) {
+        const Buffer& b = p.buffers[static_cast<size_t>(init->second)];
+        float value;
+        std::memcpy(&value, plan.constants.data() + b.offset, 4);
+        TEC_USER_CHECK(std::isfinite(value), train.ctx("runtime_scalars")) << "runtime scalar '" << name << "' starts at " << value;
+      }
+    }
+  }
+  check_dataflow(p, r);
   {
     const Reader gpu(r.field("gpu"), path + "/gpu", file);
     TEC_USER_CHECK(gpu.field("supported").is_boolean(), gpu.ctx("supported")) << "expected a boolean";

@@ -18,8 +18,8 @@ struct Buffer {
   std::string name;
   std::string tensor;
   BufferRole role = BufferRole::data;
-  std::string state;   // "" or "scale" / "amax_history"
-  std::string region;  // constants, state, input, output, scratch
+  std::string state;   // "" or "scale" / "amax_history", or "init" (a state tensor's starting values)
+  std::string region;  // constants, state, workspace, input, output, scratch
   DType dtype = DType::uint8;
   Shape shape;
   int64_t offset = 0;  // in the constants blob, or in the arena
@@ -33,10 +33,11 @@ struct Buffer {
 
 struct Tensor {
   std::string name;
-  std::string kind;  // input, activation, weight
+  std::string kind;  // input, activation, weight, state
   TensorProto proto;
   std::map<BufferRole, int> buffers;  // role -> index into Profile::buffers; empty: lives inside one step
-  std::map<std::string, int> state;   // delayed scaling: "scale", "amax_history"
+  std::map<std::string, int> state;   // delayed scaling: "scale", "amax_history"; state tensors: "init"
+  std::string storage;  // a later version of this state tensor, in its buffers; "" for none
 };
 
 struct Op {
@@ -44,11 +45,17 @@ struct Op {
   std::string op;
   Attributes attrs;
   std::vector<std::string> inputs, outputs;
+  // A backward op (train plans): computes the gradients of forward input slots
+  // `gradient_slots`, one per output, with the op's backward reference.
+  bool backward = false;
+  std::vector<int> gradient_slots;
+  std::vector<bool> columnwise_inputs;  // per input: read the columnwise copy
 };
 
 struct Step {
   std::string name;
   std::string kind;  // gemm, kernel
+  Phase phase = Phase::forward;
   std::vector<Op> ops;
   std::vector<int> deps;
   std::vector<std::string> fusions;
@@ -114,6 +121,11 @@ struct Profile {
   std::vector<Step> steps;
   std::vector<std::string> inputs, outputs;
   std::vector<std::string> delayed;  // tensors whose delayed-scaling state is updated after a run
+  // Train plans: what the step does beside forward and backward, and the state tensors the
+  // caller may set between runs (the optimizer's hyperparameters, first_microbatch).
+  bool train = false;
+  std::string optimizer, wgrad;
+  std::vector<std::string> runtime_scalars;
   bool gpu_supported = false;
   std::string gpu_reason;  // why not
   std::vector<Launch> launches;

@@ -1,7 +1,9 @@
 #include "reference/executor.h"
 
 #include <cfloat>
+#include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/random.h"
 #include "ops/common.h"
@@ -21,23 +23,20 @@ const plan::Tensor& tensor_named(const plan::Profile& p, const std::string& name
   return it->second;
 }
 
-// Re-checks one op of an untrusted plan with the op's own definition: its attributes, its
-// parameters' shapes, and the output shapes its fake forward gives. Then the CPU reference
-// can index its inputs without reading out of bounds.
-// Returns the op's attributes with defaults filled in, for every run to use.
-Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Step& step, const plan::Op& op) {
-  const ErrorContext ctx = step_context(step, op);
-  const OpDef* def = builtin_ops().find(op.op);
-  TEC_USER_CHECK(def != nullptr, ctx) << "the plan uses op '" << op.op << "', unknown to this tec";
-  Node node;
+// The op's fake forward over the plan's tensors (mode as the plan's), after checking its
+// attributes and its parameters' shapes. `node` gets the attributes with defaults filled in.
+InferResult infer_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Op& op, const ErrorContext& ctx,
+                     const OpDef& def, Node& node) {
   node.name = op.node;
   node.op = op.op;
   node.attrs = op.attrs;
   node.source = ctx.location;
-  check_and_default_attributes(*def, node.attrs, ctx);
-  Graph g;
+  check_and_default_attributes(def, node.attrs, ctx);
+  static thread_local Graph g;
+  g = Graph{};
   if (auto kind = parse_recipe_kind(plan.recipe)) g.recipe = Recipe::defaults(*kind);
   g.target = plan.target;
+  g.mode = plan.mode == "train" ? Mode::train : Mode::infer;
   for (const auto& name : op.inputs) {
     Value v;
     v.name = name;
@@ -45,8 +44,9 @@ Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const 
     v.proto = profile.tensors.at(name).proto;
     node.inputs.push_back(g.add_value(std::move(v)));
   }
-  if (def->params) {
-    const auto params = def->params(node.attrs, g.value(node.inputs.at(0)).proto.dtype);
+  TEC_USER_CHECK(static_cast<int>(op.inputs.size()) >= def.min_inputs, ctx) << "the op needs at least " << def.min_inputs << " inputs";
+  if (def.params) {
+    const auto params = def.params(node.attrs, g.value(node.inputs.at(0)).proto.dtype);
     TEC_USER_CHECK(op.inputs.size() >= params.size() + 1, ctx) << "the op needs " << params.size() << " parameters";
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& given = g.value(node.inputs[op.inputs.size() - params.size() + i]).proto.shape;
@@ -54,18 +54,80 @@ Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const 
           << "parameter " << params[i].suffix << " has shape " << given.str() << ", the attributes need " << params[i].shape.str();
     }
   }
-  const InferContext infer_ctx{g, node, ctx, [&] {
-                                 std::vector<TensorProto> protos;
-                                 for (ValueId id : node.inputs) protos.push_back(g.value(id).proto);
-                                 return protos;
-                               }()};
-  const InferResult result = with_context(ctx, [&] { return def->infer(infer_ctx); });
-  TEC_USER_CHECK(result.outputs.size() == op.outputs.size(), ctx) << "the op makes " << result.outputs.size() << " outputs";
+  std::vector<TensorProto> protos;
+  for (ValueId id : node.inputs) protos.push_back(g.value(id).proto);
+  const InferContext infer_ctx{g, node, ctx, protos};
+  InferResult result = with_context(ctx, [&] { return def.infer(infer_ctx); });
+  if (g.mode == Mode::train) {
+    BackwardContext bctx{g, node, ctx, protos, result.saved, {}};
+    for (const auto& out : result.outputs) bctx.grad_outputs.push_back(TensorProto::dense(out.shape, out.dtype));
+    if (def.infer_backward) {
+      BackwardResult b = with_context(ctx, [&] { return def.infer_backward(bctx); });
+      if (b.grad_reads.empty())
+        for (size_t o = 0; o < result.outputs.size(); ++o) b.grad_reads.push_back({static_cast<int>(o), false, false});
+      node.backward = BackwardInfo{std::move(b.reads), {}, std::move(b.grad_reads)};
+    }
+  }
+  return result;
+}
+
+void require_shape(const plan::Profile& profile, const std::string& tensor, const Shape& expected, const ErrorContext& ctx,
+                   const char* what) {
+  const Shape& planned = profile.tensors.at(tensor).proto.shape;
+  TEC_USER_CHECK(planned == expected, ctx) << what << " '" << tensor << "' is planned as " << planned.str() << ", the op needs "
+                                           << expected.str();
+}
+
+// Re-checks one op of an untrusted plan with the op's own definition: its attributes, its
+// parameters' shapes, and the shapes its fake forward (or, for a backward op, its forward's
+// fake backward) gives. Then the CPU reference can index its inputs without reading out of
+// bounds. Returns the op's attributes with defaults filled in, for every run to use.
+Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const plan::Step& step, const plan::Op& op) {
+  const ErrorContext ctx = step_context(step, op);
+  const OpDef* def = builtin_ops().find(op.op);
+  TEC_USER_CHECK(def != nullptr, ctx) << "the plan uses op '" << op.op << "', unknown to this tec";
+  if (!op.backward) {
+    Node node;
+    const InferResult result = infer_op(plan, profile, op, ctx, *def, node);
+    std::vector<Shape> shapes;
+    for (const auto& out : result.outputs) shapes.push_back(out.shape);
+    if (plan.mode == "train")
+      for (const auto& saved : result.saved)
+        if (saved.aliases_input < 0) shapes.push_back(saved.proto.shape);
+    TEC_USER_CHECK(shapes.size() == op.outputs.size(), ctx) << "the op makes " << shapes.size() << " outputs, the plan lists "
+                                                            << op.outputs.size();
+    for (size_t i = 0; i < op.outputs.size(); ++i) require_shape(profile, op.outputs[i], shapes[i], ctx, "output");
+    return node.attrs;
+  }
+  // A backward op: check it against its forward op, "<node>.backward" of "<node>".
+  TEC_USER_CHECK(def->backward_reference != nullptr, ctx) << "op '" << op.op << "' has no backward";
+  const std::string suffix = ".backward";
+  const plan::Op* forward = nullptr;
+  if (op.node.size() > suffix.size() && op.node.ends_with(suffix))
+    for (const plan::Step& s : profile.steps)
+      for (const plan::Op& o : s.ops)
+        if (!o.backward && o.op == op.op && o.node == op.node.substr(0, op.node.size() - suffix.size())) forward = &o;
+  TEC_USER_CHECK(forward != nullptr, ctx) << "backward op '" << op.node << "' has no forward op '"
+                                          << op.node.substr(0, op.node.size() - std::min(op.node.size(), suffix.size())) << "' of op "
+                                          << op.op;
+  TEC_USER_CHECK(forward->attrs.values == op.attrs.values, ctx) << "the backward's attributes differ from its forward's";
+  Node node;
+  const InferResult result = infer_op(plan, profile, *forward, ctx, *def, node);
+  TEC_USER_CHECK(node.backward.has_value(), ctx) << "op '" << op.op << "' has no backward";
+  const auto& reads = node.backward->reads;
+  const auto& grad_reads = node.backward->grad_reads;
+  TEC_USER_CHECK(op.inputs.size() == reads.size() + grad_reads.size(), ctx)
+      << "the backward reads " << reads.size() << " saved tensors and " << grad_reads.size() << " gradients, the plan lists "
+      << op.inputs.size() << " inputs";
+  for (size_t i = 0; i < reads.size(); ++i)
+    require_shape(profile, op.inputs[i], result.saved.at(static_cast<size_t>(reads[i].saved_index)).proto.shape, ctx, "saved tensor");
+  for (size_t i = 0; i < grad_reads.size(); ++i)
+    require_shape(profile, op.inputs[reads.size() + i], result.outputs.at(static_cast<size_t>(grad_reads[i].output)).shape, ctx,
+                  "gradient");
   for (size_t i = 0; i < op.outputs.size(); ++i) {
-    const TensorProto& planned = profile.tensors.at(op.outputs[i]).proto;
-    TEC_USER_CHECK(result.outputs[i].shape == planned.shape, ctx)
-        << "output '" << op.outputs[i] << "' is planned as " << planned.shape.str() << ", the op makes "
-        << result.outputs[i].shape.str();
+    const int slot = op.gradient_slots[i];
+    TEC_USER_CHECK(slot < static_cast<int>(forward->inputs.size()), ctx) << "gradient slot " << slot << " is no input of the forward op";
+    require_shape(profile, op.outputs[i], profile.tensors.at(forward->inputs[static_cast<size_t>(slot)]).proto.shape, ctx, "gradient");
   }
   return node.attrs;
 }
@@ -79,10 +141,16 @@ Session::Session(const plan::Plan& plan, const plan::Profile& profile)
     for (const plan::Op& op : step.ops) attrs_.back().push_back(check_op(plan_, profile_, step, op));
   }
   for (const auto& [name, t] : profile_.tensors) {
-    auto scale = t.state.find("scale");
-    if (scale == t.state.end()) continue;
-    const float one = 1.0f;
-    std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(scale->second)]).data(), &one, 4);
+    if (auto scale = t.state.find("scale"); scale != t.state.end()) {
+      const float one = 1.0f;
+      std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(scale->second)]).data(), &one, 4);
+    }
+    // Train plans: masters and hyperparameters start from the plan's constants.
+    if (auto init = t.state.find("init"); init != t.state.end()) {
+      const auto from = std::as_const(*this).bytes_of(profile_.buffers[static_cast<size_t>(init->second)]);
+      const auto to = bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]);
+      std::copy(from.begin(), from.end(), to.begin());
+    }
   }
 }
 
@@ -114,7 +182,9 @@ void Session::randomize_inputs(uint64_t seed) {
   }
 }
 
-HostTensor Session::read(const std::string& name) const {
+HostTensor Session::read(const std::string& name) const { return read(name, false); }
+
+HostTensor Session::read(const std::string& name, bool columnwise) const {
   const plan::Tensor& t = tensor_named(profile_, name);
   TEC_USER_CHECK(!t.buffers.empty(), (ErrorContext{"reference", name, "", ""}))
       << "tensor '" << name << "' lives inside one step and has no storage to read";
@@ -125,7 +195,7 @@ HostTensor Session::read(const std::string& name) const {
     auto bytes = bytes_of(profile_.buffers[static_cast<size_t>(index)]);
     map[role] = std::span<uint8_t>(const_cast<uint8_t*>(bytes.data()), bytes.size());  // dequantize only reads
   }
-  return HostTensor{t.proto.shape, dequantize(t.proto, map, !t.proto.usage.rowwise, plan_.target)};
+  return HostTensor{t.proto.shape, dequantize(t.proto, map, columnwise || !t.proto.usage.rowwise, plan_.target)};
 }
 
 void Session::store(const plan::Tensor& t, std::vector<float> values) {
@@ -150,13 +220,28 @@ void Session::store(const plan::Tensor& t, std::vector<float> values) {
   if (!history.empty()) std::memcpy(history.data(), &staged, 4);
 }
 
+float Session::scalar(const std::string& name) const {
+  const plan::Tensor& t = tensor_named(profile_, name);
+  float value;
+  std::memcpy(&value, bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]).data(), 4);
+  return value;
+}
+
 void Session::run() {
+  for (const std::string& name : profile_.runtime_scalars)
+    TEC_USER_CHECK(std::isfinite(scalar(name)), (ErrorContext{"reference", name, "", "runtime scalar"}))
+        << "runtime scalar '" << name << "' is " << scalar(name) << "; set a finite value before running";
+  // A microbatch after the first reuses the weights' copies made from the masters (TE's
+  // is_first_microbatch = False): they live in the workspace region, which runs keep.
+  const bool remake_weights = workspace_stale_ || !profile_.tensors.count("first_microbatch") || scalar("first_microbatch") != 0.0f;
+  workspace_stale_ = false;
   for (const plan::Buffer& b : profile_.buffers)
     if (b.region == "scratch" || b.region == "output") {
       auto bytes = bytes_of(b);
       std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
     }
-  for (size_t s = 0; s < profile_.steps.size(); ++s) run_step(s);
+  for (size_t s = 0; s < profile_.steps.size(); ++s)
+    if (remake_weights || profile_.steps[s].phase != Phase::weight_workspace) run_step(s);
   update_delayed_scaling();
 }
 
@@ -175,7 +260,8 @@ void Session::run_step(size_t s) {
     const OpDef& def = builtin_ops().get(op.op);
     const Attributes& attrs = attrs_[s][o];  // checked and defaulted once, in the constructor
     std::vector<HostTensor> inputs;
-    for (const std::string& name : op.inputs) {
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const std::string& name = op.inputs[i];
       auto reg = in_registers.find(name);
       if (reg != in_registers.end()) {
         inputs.push_back(reg->second);
@@ -183,11 +269,24 @@ void Session::run_step(size_t s) {
       }
       TEC_USER_CHECK(!tensor_named(profile_, name).buffers.empty(), ctx)
           << "reads '" << name << "', which has no storage and is not made earlier in this step";
-      inputs.push_back(read(name));
+      inputs.push_back(read(name, op.columnwise_inputs.size() > i && op.columnwise_inputs[i]));
     }
-    std::vector<HostTensor> outputs = with_context(ctx, [&] { return def.reference(attrs, inputs); });
-    TEC_USER_CHECK(outputs.size() == op.outputs.size(), ctx) << "the op makes " << outputs.size() << " outputs, the plan lists "
-                                                              << op.outputs.size();
+    std::vector<HostTensor> outputs;
+    if (op.backward) {
+      // The gradient of every forward input slot; the plan keeps those it names.
+      std::vector<HostTensor> grads = with_context(ctx, [&] { return def.backward_reference(attrs, inputs); });
+      for (int slot : op.gradient_slots) {
+        TEC_USER_CHECK(slot < static_cast<int>(grads.size()) && !grads[static_cast<size_t>(slot)].values.empty(), ctx)
+            << "the op has no gradient for input slot " << slot;
+        outputs.push_back(std::move(grads[static_cast<size_t>(slot)]));
+      }
+    } else {
+      outputs = with_context(ctx, [&] { return def.reference(attrs, inputs); });
+      // Inference plans drop the saved tensors a forward reference makes after its outputs.
+      TEC_USER_CHECK(outputs.size() >= op.outputs.size(), ctx)
+          << "the op makes " << outputs.size() << " outputs, the plan lists " << op.outputs.size();
+      outputs.resize(op.outputs.size());
+    }
     for (size_t i = 0; i < outputs.size(); ++i) {
       const plan::Tensor& t = tensor_named(profile_, op.outputs[i]);
       TEC_USER_CHECK(static_cast<int64_t>(outputs[i].values.size()) == t.proto.shape.numel(), ctx)

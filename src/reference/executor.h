@@ -25,9 +25,15 @@ class Session {
   // Seeded N(0, 1) values for every input, rounded to its dtype.
   void randomize_inputs(uint64_t seed);
   // Poisons scratch and outputs (0xFF bytes), runs every step, then updates delayed scaling.
+  // Train plans: refuses a runtime scalar that is not finite, and skips the weight workspace
+  // steps when the state tensor first_microbatch is 0.
   void run();
-  // A tensor with storage, decoded to float (quantized tensors are dequantized).
+  // A tensor with storage, decoded to float (quantized tensors are dequantized, from their
+  // columnwise copy when asked).
   HostTensor read(const std::string& tensor) const;
+  HostTensor read(const std::string& tensor, bool columnwise) const;
+  // A state tensor of shape [1] (a runtime scalar, the optimizer's step).
+  float scalar(const std::string& tensor) const;
   const std::vector<uint8_t>& arena() const { return arena_; }
   // One arena buffer's bytes, in place (the embedding API's host views).
   std::span<uint8_t> buffer_bytes(int index) { return bytes_of(profile_.buffers.at(static_cast<size_t>(index))); }
@@ -37,6 +43,8 @@ class Session {
   void run_step(size_t step);
   // After run_step: what run() does after the last step.
   void update_delayed_scaling();
+  // The next run remakes the weights' copies even if first_microbatch is 0 (restored masters).
+  void remake_weight_workspace() { workspace_stale_ = true; }
 
  private:
   std::span<uint8_t> bytes_of(const plan::Buffer& b);
@@ -47,6 +55,7 @@ class Session {
   const plan::Profile& profile_;
   std::vector<uint8_t> arena_;
   std::vector<std::vector<Attributes>> attrs_;  // per step, per op: checked, defaults filled
+  bool workspace_stale_ = true;                 // no run has made the weights' copies yet
 };
 
 }  // namespace tec::reference

@@ -405,13 +405,15 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
 }
 
 std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
-  if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16)
-    TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype";
+  if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::uint8)
+    TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype or a mask";
   std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
   for_chunks(values.size(), [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) {
       if (dtype == DType::fp32) {
         std::memcpy(&out[4 * i], &values[i], 4);
+      } else if (dtype == DType::uint8) {  // a dropout mask: 0 or 1
+        out[i] = values[i] != 0.0f ? 1 : 0;
       } else {
         const uint16_t half = dtype == DType::bf16 ? float_to_bf16(values[i]) : float_to_fp16(values[i]);
         std::memcpy(&out[2 * i], &half, 2);

@@ -2,6 +2,7 @@
 #include "tec/runtime.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -120,10 +121,12 @@ struct Session::Impl {
     if (gpu) gpu->upload(buffer, host, bytes, nullptr);
     else std::memcpy(cpu->buffer_bytes(buffer).data(), host, bytes);
   }
+  // Everything a session keeps across runs: delayed scaling's amax histories and scales, and
+  // a train plan's masters, main_grad, optimizer moments and step, and runtime scalars.
   std::vector<int> state_buffers() const {
     std::vector<int> out;
     for (size_t i = 0; i < profile->buffers.size(); ++i)
-      if (!profile->buffers[i].state.empty()) out.push_back(static_cast<int>(i));
+      if (profile->buffers[i].region == "state") out.push_back(static_cast<int>(i));
     return out;
   }
 };
@@ -255,7 +258,53 @@ Status Session::set_state(const std::vector<uint8_t>& bytes) {
     }
     TEC_USER_CHECK(at == bytes.size() - 8, ctx) << "trailing bytes after the state";
     for (const auto& [index, data] : writes) impl_->write(index, data);
+    // Restored masters: the next run remakes the weights' copies from them.
+    if (impl_->cpu) impl_->cpu->remake_weight_workspace();
     return Status{};
+  });
+}
+
+Status Session::set_scalar(const std::string& name, double value) {
+  return guarded("Session::set_scalar", [&] {
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    const plan::Profile& p = *impl_->profile;
+    const ErrorContext ctx{"runtime", name, "", "runtime scalar"};
+    TEC_USAGE_CHECK(std::find(p.runtime_scalars.begin(), p.runtime_scalars.end(), name) != p.runtime_scalars.end(), ctx)
+        << "the plan has no runtime scalar '" << name << "'"
+        << (p.runtime_scalars.empty() ? std::string(" (it is no train plan)") : "; it has: " + [&] {
+             std::string all;
+             for (const auto& n : p.runtime_scalars) all += (all.empty() ? "" : ", ") + n;
+             return all;
+           }());
+    const auto f = static_cast<float>(value);
+    TEC_USAGE_CHECK(std::isfinite(f), ctx) << "runtime scalar '" << name << "' must be a finite float, got " << value;
+    impl_->write(p.tensors.at(name).buffers.at(BufferRole::data), &f);
+    return Status{};
+  });
+}
+
+Result<TensorView> Session::state_tensor(const std::string& name) const {
+  return guarded("Session::state_tensor", [&]() -> Result<TensorView> {
+    TEC_USAGE_CHECK(impl_ != nullptr, {}) << "no session";
+    const plan::Profile& p = *impl_->profile;
+    auto it = p.tensors.find(name);
+    TEC_USAGE_CHECK(it != p.tensors.end() && it->second.kind == "state", (ErrorContext{"runtime", name, "", ""}))
+        << "the plan has no state tensor '" << name << "' (train plans name theirs <weight>.master, <weight>.main_grad, "
+           "<weight>.exp_avg, <weight>.exp_avg_sq, optimizer.step and the runtime scalars)";
+    TensorView v = views(p, {name}).at(0);
+    v.data = impl_->address(it->second.buffers.at(BufferRole::data));
+    return v;
+  });
+}
+
+Result<std::vector<TensorView>> Plan::state(const std::map<std::string, int64_t>& dims) const {
+  return guarded("Plan::state", [&]() -> Result<std::vector<TensorView>> {
+    TEC_USAGE_CHECK(plan_ != nullptr, {}) << "no plan loaded";
+    const plan::Profile& p = pick(*plan_, dims);
+    std::vector<std::string> names;
+    for (const auto& [name, t] : p.tensors)
+      if (t.kind == "state") names.push_back(name);
+    return views(p, names);
   });
 }
 

@@ -52,8 +52,13 @@ TEST_CASE("usage: bf16 makes no copies; FP8 per-tensor makes columnwise copies i
     REQUIRE(p.is_quantized());
     CHECK(p.usage == Usage{true, true});
   }
-  // The linear's backward quantizes dy (E5M2 under HYBRID) with both copies.
-  const auto& dy = test::node_named(train, "fc2").backward->workspaces.at(0).proto;
+  // The linear's backward reads dy in the gradient format, rowwise (dgrad) and columnwise
+  // (wgrad), and dy itself (dbias); autodiff quantizes it once (E5M2 under HYBRID), both copies.
+  const auto& reads = test::node_named(train, "fc2").backward->grad_reads;
+  REQUIRE(reads.size() == 3);
+  CHECK((reads[0].quantized && !reads[0].columnwise && reads[1].quantized && reads[1].columnwise && !reads[2].quantized));
+  const Graph step = autodiff(train, {});
+  const auto& dy = test::value_named(step, "dy.quantized").proto;
   CHECK(dy.quantizer->dtype == DType::fp8_e5m2);
   CHECK(dy.usage == Usage{true, true});
 

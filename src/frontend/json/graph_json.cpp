@@ -253,6 +253,8 @@ void check_structure(Model& m) {
     const std::string op = get_string(required(ops[i], at, "op"), at / "op");
     TEC_USER_CHECK(registry.find(op) != nullptr, (at / "op").context(name, op))
         << "unknown op '" << op << "'; known ops: " << registry.names();
+    TEC_USER_CHECK(!registry.find(op)->compiler_only, (at / "op").context(name, op))
+        << "op '" << op << "' is made by te-compile itself (e.g. --optimizer adamw), not written in a model";
     define(name, at / "name");
     const json& op_inputs = required(ops[i], at, "inputs");
     TEC_USER_CHECK(op_inputs.is_array(), (at / "inputs").context(name, op)) << "inputs must be an array of value names";
@@ -398,6 +400,7 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
       dtype = *parsed;
     }
     v.proto = TensorProto::dense(std::move(s), dtype);
+    v.proto.requires_grad = options.mode == Mode::train;  // a train plan returns dx unless told not to
     if (inputs[i].contains("requires_grad")) {
       TEC_USER_CHECK(inputs[i]["requires_grad"].is_boolean(), (at / "requires_grad").context(v.name)) << "expected a bool";
       v.proto.requires_grad = options.mode == Mode::train && inputs[i]["requires_grad"].get<bool>();

@@ -1,0 +1,501 @@
+// Train plans on the CPU reference executor (ARCHITECTURE.md §12): gradients against fp64,
+// saved-tensor accounting, gradient accumulation, AdamW with checkpoint and restore, and
+// hostile train plans.
+//
+// The fp64 oracle is written here, independent of the library: an fp64 forward of the graph
+// (tests/fp64_model.h's linear and norm, the activations below), and each sampled gradient
+// entry as a central difference of the loss L = <dy, y> in fp64 (step 1e-6 relative: the
+// difference is exact to ~1e-9, far below any bound here).
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+
+#include "compiler.h"
+#include "fp64_model.h"
+#include "plan/file.h"
+#include "reference/executor.h"
+#include "tec/runtime.h"
+#include "tec_math.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+using Tensors = std::map<std::string, std::vector<double>>;
+
+std::string temp_file(const std::string& name, const std::string& text) {
+  const auto path = std::filesystem::temp_directory_path() / ("tec-train-test-" + std::to_string(::getpid()) + "-" + name);
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+CompileResult compile_train(const std::string& path, RecipeKind recipe, int64_t tokens, TrainOptions train = {},
+                            const std::string& dump_after = "") {
+  CompileOptions o;
+  o.model_path = path;
+  o.frontend.mode = Mode::train;
+  o.frontend.recipe = recipe;
+  o.frontend.dim_overrides["T"] = {tokens};
+  o.train = train;
+  o.cache_dir = "";
+  o.dump_after = dump_after;
+  return compile(o);
+}
+
+std::shared_ptr<const plan::Plan> train_plan(const std::string& path, RecipeKind recipe, int64_t tokens, TrainOptions train = {}) {
+  const CompileResult r = compile_train(path, recipe, tokens, train);
+  return std::make_shared<const plan::Plan>(plan::Plan::load(plan::serialize_plan(r.plan->manifest, r.plan->blobs), path));
+}
+
+std::vector<double> as_double(const HostTensor& t) { return std::vector<double>(t.values.begin(), t.values.end()); }
+
+double gelu_erf(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+
+// The fp64 forward of a graph's nodes (the ops this test covers), from its inputs and weights.
+Tensors forward_fp64(const Graph& g, Tensors values) {
+  for (const Node& n : g.nodes) {
+    auto in = [&](size_t i) -> const std::vector<double>& { return values.at(g.value(n.inputs.at(i)).name); };
+    const Shape& shape = g.value(n.inputs[0]).proto.shape;
+    const int64_t rows = shape.rows(), k = shape.cols();
+    std::vector<double> y;
+    if (n.op == "linear") {
+      y = test::fp64::linear(in(0), rows, k, in(1), n.attrs.get_bool("bias", true) ? &in(2) : nullptr);
+    } else if (n.op == "layernorm" || n.op == "rmsnorm") {
+      std::vector<double> gamma = in(1);
+      if (n.attrs.get_bool("zero_centered_gamma", false))
+        for (double& v : gamma) v += 1;
+      y = test::fp64::norm(in(0), rows, k, gamma, n.op == "layernorm" ? &in(2) : nullptr, n.attrs.get_float("eps", 1e-5));
+    } else if (n.op == "gelu" || n.op == "relu" || n.op == "silu") {
+      y = in(0);
+      for (double& v : y)
+        v = n.op == "relu"                                         ? std::max(v, 0.0)
+            : n.op == "silu"                                       ? test::fp64::silu(v)
+            : n.attrs.get_string("approximate", "tanh") == "tanh" ? test::fp64::gelu_tanh(v)
+                                                                   : gelu_erf(v);
+    } else if (n.op == "swiglu" || n.op == "geglu") {
+      const int64_t half = k / 2;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < half; ++j) {
+          const double a = in(0)[static_cast<size_t>(r * k + j)], b = in(0)[static_cast<size_t>(r * k + half + j)];
+          y.push_back((n.op == "swiglu" ? test::fp64::silu(a) : test::fp64::gelu_tanh(a)) * b);
+        }
+    } else if (n.op == "add") {
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i];
+    } else if (n.op == "bias") {
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i % static_cast<size_t>(k)];
+    } else if (n.op == "scale") {
+      y = in(0);
+      for (double& v : y) v *= n.attrs.get_float("scale", 1);
+    } else if (n.op == "l2norm") {
+      y = in(0);
+      for (int64_t r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int64_t i = 0; i < k; ++i) sum += y[static_cast<size_t>(r * k + i)] * y[static_cast<size_t>(r * k + i)];
+        for (int64_t i = 0; i < k; ++i) y[static_cast<size_t>(r * k + i)] /= std::sqrt(sum + n.attrs.get_float("eps", 1e-6));
+      }
+    } else if (n.op == "dropout") {
+      const double p = n.attrs.get_float("p", 0.1);
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i)
+        y[i] = tec_dropout_keep(static_cast<unsigned long long>(n.attrs.get_int("seed", 0)), i, static_cast<float>(p)) ? y[i] / (1 - p) : 0;
+    } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
+      y = in(0);  // straight through: the fp64 model does not quantize
+    } else {
+      FAIL("the fp64 model has no op " << n.op);
+    }
+    values[g.value(n.outputs[0]).name] = std::move(y);
+  }
+  return values;
+}
+
+// The graph as the frontend builds it (forward only, every value's shape fixed), for the
+// fp64 model.
+Graph forward_graph(const std::string& path, int64_t tokens) {
+  FrontendOptions o;
+  o.dim_overrides["T"] = {tokens};
+  o.recipe = RecipeKind::bf16;
+  return meta(load_json_graphs(path, o).at(0));
+}
+
+struct GradientCheck {
+  std::string name;  // the tensor whose gradient is checked
+  double error;      // ||g - g_ref|| / ||g_ref|| over the sampled entries
+};
+
+// One step of the train plan on the CPU reference, then every gradient (dx, each weight's
+// main_grad) against central differences of the fp64 forward, at up to `samples` entries each.
+std::vector<GradientCheck> check_gradients(const std::string& path, RecipeKind recipe, int64_t tokens, int samples, int steps = 1) {
+  const auto plan = train_plan(path, recipe, tokens);
+  reference::Session s(*plan, plan->profiles.at(0));
+  s.randomize_inputs(7);
+  std::map<std::string, std::vector<double>> before;
+  for (int i = 0; i < steps; ++i) {
+    // The last step's gradients: main_grad accumulates, so subtract what it held before.
+    if (i == steps - 1)
+      for (const auto& [name, t] : plan->profiles[0].tensors)
+        if (name.ends_with(".main_grad")) before[name] = as_double(s.read(name));
+    s.run();
+  }
+  const Graph g = forward_graph(path, tokens);
+  Tensors values;
+  for (const Value& v : g.values) {
+    if (v.kind == ValueKind::input) values[v.name] = as_double(s.read(v.name));
+    if (v.kind == ValueKind::weight) values[v.name] = as_double(s.read(v.name + ".master"));
+  }
+  Tensors dys;
+  for (ValueId out : g.outputs) dys[g.value(out).name] = as_double(s.read("d" + g.value(out).name));
+  auto loss = [&](const Tensors& at) {
+    const Tensors all = forward_fp64(g, at);
+    double l = 0;
+    for (const auto& [name, dy] : dys)
+      for (size_t i = 0; i < dy.size(); ++i) l += dy[i] * all.at(name)[i];
+    return l;
+  };
+  std::vector<GradientCheck> checks;
+  for (const Value& v : g.values) {
+    if (v.kind != ValueKind::input && v.kind != ValueKind::weight) continue;
+    std::vector<double> got;
+    if (v.kind == ValueKind::input) {
+      got = as_double(s.read("d" + v.name));
+    } else {
+      got = as_double(s.read(v.name + ".main_grad"));
+      for (size_t i = 0; i < got.size(); ++i) got[i] -= before.at(v.name + ".main_grad")[i];
+    }
+    const size_t n = got.size(), count = std::min(n, static_cast<size_t>(samples));
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t i = (j * 7919 + 13) % n;  // spread over the tensor
+      Tensors at = values;
+      const double x = at[v.name][i], h = 1e-6 * std::max(1.0, std::abs(x));
+      at[v.name][i] = x + h;
+      const double up = loss(at);
+      at[v.name][i] = x - h;
+      const double want = (up - loss(at)) / (2 * h);
+      diff += (got[i] - want) * (got[i] - want);
+      norm += want * want;
+    }
+    checks.push_back({v.name, std::sqrt(diff / std::max(norm, 1e-300))});
+  }
+  return checks;
+}
+
+std::string one_op_graph(const std::string& op, const std::string& attrs, int64_t k, const std::string& extra_input = "") {
+  std::string inputs = R"([{"name": "x", "shape": ["T", )" + std::to_string(k) + "]}";
+  std::string op_inputs = R"(["x"])";
+  if (!extra_input.empty()) {
+    inputs += R"(, {"name": ")" + extra_input + R"(", "shape": ["T", )" + std::to_string(k) + "]}";
+    op_inputs = R"(["x", ")" + extra_input + R"("])";
+  }
+  return R"({"name": "one_op", "dims": {"T": [16]}, "dtype": "bf16", "weights": {"init": "random", "seed": 5},
+             "inputs": )" + inputs + R"(],
+             "ops": [{"name": "op", "op": ")" + op + R"(", "inputs": )" + op_inputs + R"(, "attrs": )" + attrs + R"(}],
+             "outputs": ["op"]})";
+}
+
+}  // namespace
+
+TEST_CASE("every op's backward on the CPU reference matches fp64 central differences (bf16)") {
+  struct Case {
+    std::string op, attrs;
+    int64_t k = 64;
+    std::string extra_input;
+    double bound = 1.5e-2;  // bf16 storage of x, y, dy and dx: ~2^-8 each
+  };
+  const std::vector<Case> cases = {
+      {"linear", R"({"in_features": 64, "out_features": 32})"},
+      {"linear", R"({"in_features": 64, "out_features": 32, "bias": false})"},
+      {"layernorm", R"({"hidden": 64})"},
+      {"layernorm", R"({"hidden": 64, "zero_centered_gamma": true})"},
+      {"rmsnorm", R"({"hidden": 64, "eps": 1e-6})"},
+      {"gelu", R"({"approximate": "tanh"})"},
+      {"gelu", R"({"approximate": "none"})"},
+      {"relu", "{}"},
+      {"silu", "{}"},
+      {"swiglu", "{}"},
+      {"geglu", "{}"},
+      {"add", "{}", 64, "x2"},
+      {"bias", R"({"features": 64})"},
+      {"scale", R"({"scale": 0.37})"},
+      {"l2norm", "{}"},
+      {"dropout", R"({"p": 0.25, "seed": 3})"},
+      {"identity", "{}"},
+      {"reshape", R"({"shape": [-1, 32]})"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.op);
+    CAPTURE(c.attrs);
+    const std::string path = temp_file(c.op + ".json", one_op_graph(c.op, c.attrs, c.k, c.extra_input));
+    for (const GradientCheck& check : check_gradients(path, RecipeKind::bf16, 16, 256)) {
+      CAPTURE(check.name);
+      CHECK(check.error < c.bound);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("quantize and dequantize pass the gradient straight through") {
+  const std::string text = R"({"name": "qdq", "dims": {"T": [16]}, "dtype": "bf16",
+    "inputs": [{"name": "x", "shape": ["T", 64]}],
+    "ops": [{"name": "q", "op": "quantize", "inputs": ["x"], "attrs": {"recipe": "fp8-current"}},
+            {"name": "dq", "op": "dequantize", "inputs": ["q"]}],
+    "outputs": ["dq"]})";
+  const std::string path = temp_file("qdq.json", text);
+  const auto plan = train_plan(path, RecipeKind::bf16, 16);
+  reference::Session s(*plan, plan->profiles.at(0));
+  s.randomize_inputs(3);
+  s.run();
+  CHECK(s.read("dx").values == s.read("ddq").values);  // bit for bit
+  std::filesystem::remove(path);
+}
+
+// Bounds on ||g - g_fp64|| / ||g_fp64|| per recipe, for dx and every weight gradient of the
+// examples (README, "Training"): bf16 rounds x, dy, every activation and gradient to bf16;
+// the FP8 recipes quantize the GEMM operands (E4M3 forward, E5M2 gradients), MXFP8 with 1x32
+// power-of-two scales, NVFP4 to 4 bits (E2M1 with 1x16 scales) - its bound is that of 4-bit
+// gradients. fp8-delayed runs three steps first, so that its scales come from a real amax
+// history (a fresh plan starts at scale 1, as TE's does).
+struct RecipeBound {
+  RecipeKind recipe;
+  double bound;
+  int steps;
+};
+const std::vector<RecipeBound> kRecipeBounds = {
+    {RecipeKind::bf16, 0.01, 1},        {RecipeKind::fp8_current, 0.15, 1}, {RecipeKind::fp8_delayed, 0.15, 4},
+    {RecipeKind::fp8_block, 0.15, 1},   {RecipeKind::mxfp8, 0.15, 1},       {RecipeKind::nvfp4, 0.5, 1},
+};
+
+TEST_CASE("mlp_tiny and swiglu_mlp: every gradient within its recipe's bound of fp64, every recipe") {
+  for (const std::string example : {"mlp_tiny.json", "swiglu_mlp.json"}) {
+    const std::string path = test::source_dir() + "/examples/" + example;
+    for (const RecipeBound& r : kRecipeBounds) {
+      CAPTURE(example);
+      CAPTURE(to_string(r.recipe));
+      for (const GradientCheck& check : check_gradients(path, r.recipe, 32, example[0] == 'm' ? 48 : 24, r.steps)) {
+        CAPTURE(check.name);
+        CAPTURE(check.error);
+        CHECK(check.error < r.bound);
+        MESSAGE(example << " " << to_string(r.recipe) << " d" << check.name << " rel error " << check.error);
+      }
+    }
+  }
+}
+
+TEST_CASE("saved tensors of mlp.json at T=2048 under fp8-current are exactly TE's save layout") {
+  const CompileResult r = compile_train(test::source_dir() + "/examples/mlp.json", RecipeKind::fp8_current, 2048, {}, "memory_plan");
+  const CompiledProfile& p = r.profiles.at(0);
+  const TrainMemory m = train_memory(p.graph, p.memory);
+  const int64_t t = 2048, h = 4096, f = 16384, scale = 4;  // one fp32 scale_inv per FP8 tensor
+  const int64_t layernorm = t * h * 2 /* x, bf16 */ + h * 2 /* gamma's bf16 workspace */ + 2 * t * 4 /* mean, rsigma */;
+  const int64_t fc1 = (t * h + scale) /* ln's FP8 columnwise copy */ + (f * h + scale) /* W1's FP8 columnwise copy */;
+  const int64_t act = t * f * 2;  // gelu's input, fc1's bf16 output
+  const int64_t fc2 = (t * f + scale) /* act's FP8 columnwise copy */ + (h * f + scale) /* W2's */;
+  CHECK(m.saved_bytes == layernorm + fc1 + act + fc2);
+  CHECK(m.saved_new_bytes == 2 * t * 4);  // only mean and rsigma are made to be saved
+  CHECK(m.bytes_saved_by_aliasing == m.saved_bytes - 2 * t * 4);
+  MESSAGE("mlp.json T=2048 fp8-current: saved " << m.saved_bytes << " bytes, " << m.bytes_saved_by_aliasing
+                                                << " of them aliased (the forward's own tensors)");
+  // The rowwise FP8 copy of ln's output is free after fc1's forward GEMM; its columnwise copy
+  // lives until fc1's wgrad.
+  int forward_end = 0;
+  for (size_t i = 0; i < p.schedule.steps.size(); ++i)
+    if (p.schedule.steps[i].phase == Phase::forward) forward_end = static_cast<int>(i);
+  for (const PlannedBuffer& b : p.memory.buffers) {
+    if (b.name == "ln.data") CHECK(b.last_step < forward_end);
+    if (b.name == "ln.columnwise_data") CHECK(b.last_step > forward_end);
+  }
+}
+
+TEST_CASE("gradient accumulation: two microbatches equal one step on the concatenated batch") {
+  const std::string path = test::source_dir() + "/examples/mlp_tiny.json";
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current}) {
+    CAPTURE(to_string(recipe));
+    const auto half = train_plan(path, recipe, 32), whole = train_plan(path, recipe, 64);
+    reference::Session a(*half, half->profiles[0]), b(*whole, whole->profiles[0]);
+    b.randomize_inputs(11);
+    const HostTensor x = b.read("x"), dy = b.read("dy");
+    for (int m = 0; m < 2; ++m) {
+      auto rows = [&](const HostTensor& t) {
+        return HostTensor{Shape{32, 64}, std::vector<float>(t.values.begin() + m * 32 * 64, t.values.begin() + (m + 1) * 32 * 64)};
+      };
+      a.set_input("x", rows(x));
+      a.set_input("dy", rows(dy));
+      a.run();
+    }
+    b.run();
+    for (const char* name : {"fc1.weight.main_grad", "fc2.weight.main_grad", "fc1.bias.main_grad", "ln.weight.main_grad"}) {
+      CAPTURE(name);
+      const auto ga = a.read(name).values, gb = b.read(name).values;
+      double diff = 0, norm = 0;
+      for (size_t i = 0; i < ga.size(); ++i) {
+        diff += std::pow(double(ga[i]) - gb[i], 2);
+        norm += double(gb[i]) * gb[i];
+      }
+      // bf16: the sums differ only in fp32 rounding order. FP8 current scaling: each
+      // microbatch takes its own amax, as TE's does, so its codes differ from the big batch's.
+      CHECK(std::sqrt(diff / norm) < (recipe == RecipeKind::bf16 ? 1e-5 : 0.1));
+    }
+  }
+}
+
+TEST_CASE("adamw: the plan updates masters like an fp64 AdamW, and a restored session continues bit-identically") {
+  const std::string path = test::source_dir() + "/examples/mlp_tiny.json";
+  TrainOptions adamw;
+  adamw.optimizer = TrainOptions::Optimizer::adamw;
+  adamw.lr = 0.01f;
+  const std::string plan_path = temp_file("adamw.teplan", "");
+  {
+    const CompileResult r = compile_train(path, RecipeKind::fp8_current, 32, adamw);
+    plan::write_plan_file(plan_path, r.plan->manifest, r.plan->blobs);
+  }
+  auto plan = Plan::load_file(plan_path);
+  REQUIRE(plan.ok());
+  auto session = Session::create(plan.value(), {}, Backend::cpu);
+  REQUIRE(session.ok());
+  Session& s = session.value();
+  auto fill = [&](int step) {
+    for (const char* name : {"x", "dy"}) {
+      TensorView v = s.input(name).value();
+      const auto values = random_weight(100 + static_cast<uint64_t>(step), name, static_cast<int64_t>(v.bytes / 2), 0, 1);
+      auto* words = static_cast<uint16_t*>(v.data);
+      for (size_t i = 0; i < values.size(); ++i) words[i] = reference::float_to_bf16(values[i]);
+    }
+  };
+  auto master = [&](const char* name) {
+    TensorView v = s.state_tensor(name).value();
+    const auto* f = static_cast<const float*>(v.data);
+    return std::vector<float>(f, f + v.bytes / 4);
+  };
+  // Step 1 by hand: AdamW from zero moments moves each weight by lr * (g / (|g| + eps) + wd * w).
+  fill(0);
+  const std::vector<float> w0 = master("fc2.weight.master");
+  REQUIRE(s.run().ok());
+  const std::vector<float> w1 = master("fc2.weight.master");
+  CHECK(master("fc2.weight.main_grad") == std::vector<float>(w0.size(), 0.0f));  // cleared after the update
+  const float step = master("optimizer.step")[0];
+  CHECK(step == 1.0f);
+  size_t moved = 0;
+  for (size_t i = 0; i < w0.size(); ++i) moved += std::abs(std::abs(w1[i] - w0[i] * (1 - 0.01f * 0.01f)) - 0.01f) < 2e-4f;
+  CHECK(moved > w0.size() * 9 / 10);  // |g| >> eps for nearly every entry: each moves by lr
+  // Three more steps, a checkpoint, two more; then restore into a fresh session and replay.
+  for (int i = 1; i < 4; ++i) {
+    fill(i);
+    REQUIRE(s.run().ok());
+  }
+  const std::vector<uint8_t> checkpoint = s.state().value();
+  std::vector<std::vector<float>> later;
+  for (int i = 4; i < 6; ++i) {
+    fill(i);
+    REQUIRE(s.run().ok());
+    const TensorView y = s.output("y").value();
+    later.emplace_back(static_cast<const float*>(y.data), static_cast<const float*>(y.data) + y.bytes / 4);
+    later.push_back(master("fc1.weight.master"));
+  }
+  auto restored = Session::create(plan.value(), {}, Backend::cpu);
+  Session& r = restored.value();
+  REQUIRE(r.set_state(checkpoint).ok());
+  std::swap(s, r);  // fill() and master() use `s`
+  for (int i = 4; i < 6; ++i) {
+    fill(i);
+    REQUIRE(s.run().ok());
+    const TensorView y = s.output("y").value();
+    CHECK(std::vector<float>(static_cast<const float*>(y.data), static_cast<const float*>(y.data) + y.bytes / 4) == later[2 * (i - 4)]);
+    CHECK(master("fc1.weight.master") == later[2 * (i - 4) + 1]);
+  }
+  // Runtime scalars: set between runs; a NaN is refused.
+  CHECK(s.set_scalar("optimizer.lr", 1e-3).ok());
+  const Status nan = s.set_scalar("optimizer.lr", std::nan(""));
+  CHECK(nan.code == 2);
+  CHECK(nan.message.find("must be a finite float") != std::string::npos);
+  CHECK(s.set_scalar("no.such", 1).message.find("has no runtime scalar 'no.such'") != std::string::npos);
+  std::filesystem::remove(plan_path);
+}
+
+TEST_CASE("first_microbatch = 0 reuses the weights' copies of the previous run") {
+  const std::string path = test::source_dir() + "/examples/mlp_tiny.json";
+  TrainOptions adamw;
+  adamw.optimizer = TrainOptions::Optimizer::adamw;
+  const auto plan = train_plan(path, RecipeKind::fp8_current, 32, adamw);
+  reference::Session s(*plan, plan->profiles[0]);
+  s.randomize_inputs(5);
+  s.run();
+  const HostTensor workspace = s.read("fc1.weight");  // made from the masters before the update
+  s.run();                                             // first microbatch: remade from the updated masters
+  CHECK(s.read("fc1.weight").values != workspace.values);
+  const HostTensor remade = s.read("fc1.weight");
+  float zero = 0;
+  std::memcpy(s.buffer_bytes(plan->profiles[0].tensors.at("first_microbatch").buffers.at(BufferRole::data)).data(), &zero, 4);
+  s.run();
+  CHECK(s.read("fc1.weight").values == remade.values);
+}
+
+TEST_CASE("hostile train plans: clear errors from the reader and the executor") {
+  const std::string path = test::source_dir() + "/examples/mlp_tiny.json";
+  TrainOptions adamw;
+  adamw.optimizer = TrainOptions::Optimizer::adamw;
+  const CompileResult r = compile_train(path, RecipeKind::fp8_current, 32, adamw);
+  auto load_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = r.plan->manifest;
+    edit(m);
+    const Error e = test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, r.plan->blobs), "hostile.teplan"); });
+    return std::string(e.message());
+  };
+  auto op_named = [](nlohmann::json& m, const std::string& node) -> nlohmann::json& {
+    for (auto& step : m["profiles"][0]["steps"])
+      for (auto& op : step["ops"])
+        if (op["node"] == node) return op;
+    throw std::runtime_error("no op " + node);
+  };
+  // A saved tensor that no forward step writes: ln no longer writes its mean.
+  CHECK(load_error([&](nlohmann::json& m) {
+          auto& outs = op_named(m, "ln")["outputs"];
+          outs.erase(1);
+        }).find("reads 'ln.mean', which no earlier step writes") != std::string::npos);
+  // A backward reading a freed buffer: act's input (fc1's output) dies after the forward.
+  CHECK(load_error([&](nlohmann::json& m) {
+          for (auto& b : m["profiles"][0]["buffers"])
+            if (b["name"] == "fc1.data") b["lifetime"][1] = 9;
+        }).find("reads 'fc1' in step") != std::string::npos);
+  // A state buffer of the wrong size.
+  CHECK(load_error([&](nlohmann::json& m) {
+          for (auto& b : m["profiles"][0]["buffers"])
+            if (b["name"] == "fc1.weight.main_grad.data") {
+              b["bytes"] = 4;
+              b["shape"] = {1};
+            }
+        }).find("does not match tensor 'fc1.weight.main_grad'") != std::string::npos);
+  // A runtime scalar that starts at NaN.
+  {
+    auto blobs = r.plan->blobs;
+    const nlohmann::json& m = r.plan->manifest;
+    int64_t offset = -1;
+    for (const auto& b : m["profiles"][0]["buffers"])
+      if (b["name"] == "optimizer.lr.init") offset = b["offset"].get<int64_t>();
+    REQUIRE(offset >= 0);
+    const float nan = std::nanf("");
+    for (auto& blob : blobs)
+      if (blob.name == "constants") {
+        std::vector<uint8_t> bytes(blob.bytes.span().begin(), blob.bytes.span().end());
+        std::memcpy(bytes.data() + offset, &nan, 4);
+        blob.bytes = Bytes(std::move(bytes));
+      }
+    const Error e = test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, blobs), "hostile.teplan"); });
+    CHECK(std::string(e.message()).find("runtime scalar 'optimizer.lr' starts at nan") != std::string::npos);
+  }
+  // A backward op whose forward is gone.
+  CHECK(load_error([&](nlohmann::json& m) {
+          op_named(m, "fc1.backward")["gradient_slots"] = {0, 1};
+        }).find("names the input slot of each of its") != std::string::npos);
+  nlohmann::json m = r.plan->manifest;
+  op_named(m, "fc2.backward")["node"] = "fc9.backward";
+  const plan::Plan p = plan::Plan::load(plan::serialize_plan(m, r.plan->blobs), "hostile.teplan");
+  CHECK(test::error_of([&] { reference::Session s(p, p.profiles[0]); }).message().find("has no forward op 'fc9'") !=
+        std::string::npos);
+}
+
+}  // namespace tec
