@@ -55,6 +55,8 @@ static_dir = tempfile.mkdtemp(prefix="tec-schema-")
 static_model = pathlib.Path(static_dir) / "static.onnx"
 static_model.write_bytes(ort_crosscheck.static_mlp_model(np.random.default_rng(1), "channel").SerializeToString())
 plans.append((str(static_model), "", []))
+plans.append(("mlp_tiny.json", "fp8-delayed", ["--mode", "train", "--optimizer", "adamw", "--shape", "T=32"]))
+plans.append(("swiglu_mlp.json", "bf16", ["--mode", "train", "--wgrad", "write", "--shape", "T=32"]))
 for model, recipe, extra in plans:
     recipe_args = ["--recipe", recipe] if recipe else []
     out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],

@@ -120,7 +120,9 @@ class Session {
   Status set_state(const std::vector<uint8_t>& bytes);
   // Train plans (te-compile --mode train; Backend::cpu until their GPU lowering lands):
   // a runtime scalar the step reads, e.g. "optimizer.lr", or "first_microbatch" (0: reuse
-  // the weights' copies the previous run made, TE's is_first_microbatch=False). Finite only.
+  // the weights' copies the previous run made, TE's is_first_microbatch=False), or
+  // "forward_only" (1: only the forward, e.g. to compute the loss whose gradient the next
+  // run takes as dy; no state changes). Finite only.
   Status set_scalar(const std::string& name, double value);
   // One state tensor in the backend's memory, to read or write between runs: a master
   // "<weight>.master", "<weight>.main_grad" (zero it after reading it, with --optimizer none),

@@ -44,6 +44,7 @@ class Autodiff {
     name_input_gradients();
     finish_parameters();
     add_runtime_scalar("first_microbatch", 1.0f);
+    add_runtime_scalar("forward_only", 0.0f);
     verify(g_);
   }
 

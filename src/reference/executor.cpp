@@ -234,15 +234,22 @@ void Session::run() {
   // A microbatch after the first reuses the weights' copies made from the masters (TE's
   // is_first_microbatch = False): they live in the workspace region, which runs keep.
   const bool remake_weights = workspace_stale_ || !profile_.tensors.count("first_microbatch") || scalar("first_microbatch") != 0.0f;
+  // forward_only: the weights' copies and the forward, e.g. to compute a loss whose gradient
+  // the next (full) run takes as dy; no gradient, state update or scaling update.
+  const bool forward_only = profile_.tensors.count("forward_only") && scalar("forward_only") != 0.0f;
   workspace_stale_ = false;
   for (const plan::Buffer& b : profile_.buffers)
     if (b.region == "scratch" || b.region == "output") {
       auto bytes = bytes_of(b);
       std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
     }
-  for (size_t s = 0; s < profile_.steps.size(); ++s)
-    if (remake_weights || profile_.steps[s].phase != Phase::weight_workspace) run_step(s);
-  update_delayed_scaling();
+  for (size_t s = 0; s < profile_.steps.size(); ++s) {
+    const Phase phase = profile_.steps[s].phase;
+    if (phase == Phase::weight_workspace && !remake_weights) continue;
+    if (forward_only && phase != Phase::weight_workspace && phase != Phase::forward) continue;
+    run_step(s);
+  }
+  if (!forward_only) update_delayed_scaling();
 }
 
 void Session::set_arena(std::span<const uint8_t> bytes) {

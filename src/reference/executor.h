@@ -26,7 +26,8 @@ class Session {
   void randomize_inputs(uint64_t seed);
   // Poisons scratch and outputs (0xFF bytes), runs every step, then updates delayed scaling.
   // Train plans: refuses a runtime scalar that is not finite, and skips the weight workspace
-  // steps when the state tensor first_microbatch is 0.
+  // steps when the state tensor first_microbatch is 0, and runs only them and the forward
+  // when forward_only is 1.
   void run();
   // A tensor with storage, decoded to float (quantized tensors are dequantized, from their
   // columnwise copy when asked).

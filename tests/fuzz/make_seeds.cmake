@@ -12,6 +12,19 @@ foreach(recipe bf16 fp8-delayed mxfp8 nvfp4 fp8-block)
     message(FATAL_ERROR "te-compile failed for ${recipe}")
   endif()
 endforeach()
+# Train plans (state, SSA versions of state, backward ops, columnwise reads): the hostile
+# cases of tests/reference/train_test.cpp start from these.
+foreach(train "mlp_tiny;fp8-delayed;--optimizer;adamw" "swiglu_mlp;bf16;--wgrad;write")
+  list(GET train 0 model)
+  list(GET train 1 recipe)
+  list(SUBLIST train 2 2 extra)
+  execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/${model}.json --recipe ${recipe} --shape T=32 -q --mode train ${extra}
+                          -o ${OUT}/plan_container/${model}_${recipe}_train.teplan
+                  RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "te-compile --mode train failed for ${model} ${recipe}")
+  endif()
+endforeach()
 # The manifest fuzzer wraps its input around the fp8-delayed plan's blobs (TEC_FUZZ_BLOBS),
 # so its seed is that plan's manifest.
 execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/mlp_tiny.json --recipe fp8-delayed --shape T=32 -q
