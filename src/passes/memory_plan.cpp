@@ -223,14 +223,15 @@ TrainMemory train_memory(const Graph& g, const MemoryPlan& plan) {
       if (!fresh) it->second = it->second | read.usage;
     }
   }
-  for (const auto& [v, usage] : saved) {
-    const TensorProto& p = g.value(v).proto;
+  std::set<ValueId> made_to_be_saved;
+  for (const Node& node : g.nodes)
+    for (const SavedTensor& s : node.saved)
+      if (s.aliases_input < 0) made_to_be_saved.insert(s.value);
+  for (const auto& [value, usage] : saved) {
+    const TensorProto& p = g.value(value).proto;
     const int64_t bytes = p.is_quantized() ? p.update_usage(usage).bytes(g.target) : p.bytes(g.target);
     m.saved_bytes = checked_add(m.saved_bytes, bytes);
-    const bool made_to_be_saved = std::any_of(g.nodes.begin(), g.nodes.end(), [&](const Node& n) {
-      return std::any_of(n.saved.begin(), n.saved.end(), [&](const SavedTensor& s) { return s.aliases_input < 0 && s.value == v; });
-    });
-    if (made_to_be_saved) m.saved_new_bytes = checked_add(m.saved_new_bytes, bytes);
+    if (made_to_be_saved.count(value)) m.saved_new_bytes = checked_add(m.saved_new_bytes, bytes);
   }
   m.bytes_saved_by_aliasing = m.saved_bytes - m.saved_new_bytes;
   for (const PlannedBuffer& b : plan.buffers) {
