@@ -232,6 +232,11 @@ TEC_HD float tec_dsilu(float x) {
   return s * (1.0f + x * (1.0f - s));
 }
 
+// The seed of dropout's mask in training step `step` (the plan's step counter).
+TEC_HD unsigned long long tec_dropout_seed(unsigned long long seed, unsigned long long step) {
+  return seed ^ (step * 0xD1B54A32D192ED03ull);
+}
+
 // Dropout's keep decision for element `index` under `seed` (train plans): a counter-based hash
 // (splitmix64's finaliser), so that any thread can draw any element, in any order.
 TEC_HD bool tec_dropout_keep(unsigned long long seed, unsigned long long index, float p) {

@@ -41,6 +41,10 @@ InferResult infer_l2norm(const InferContext& ctx) {
 InferResult infer_dropout(const InferContext& ctx) {
   require_high_precision(ctx, 0);
   const TensorProto& x = ctx.inputs[0];
+  if (ctx.inputs.size() == 2)  // train plans: the step counter that varies the mask
+    TEC_USER_CHECK(ctx.inputs[1].shape == Shape({1}) && ctx.inputs[1].dtype == DType::fp32, ctx.error)
+        << "dropout's second input is the step counter, an fp32 [1]; got " << ctx.inputs[1].shape.str() << " "
+        << to_string(ctx.inputs[1].dtype);
   // The keep-mask, one byte per element, is what the backward needs.
   return InferResult{{dense_like(x)}, {{"mask", TensorProto::dense(x.shape, DType::uint8), -1}}, {}};
 }
@@ -107,11 +111,13 @@ std::vector<HostTensor> backward_l2norm(const Attributes&, const std::vector<Hos
 }
 
 // Training: keep each element with probability 1 - p (tec_dropout_keep), scaled by 1/(1-p);
-// returns y and the keep-mask (0/1). Inference: the identity.
+// returns y and the keep-mask (0/1). A train plan's step counter (second input) makes a new
+// mask every step. Inference: the identity.
 std::vector<HostTensor> reference_dropout(const Attributes& attrs, const std::vector<HostTensor>& in) {
   if (!attrs.get_bool("training", false)) return {in[0]};
   const auto p = static_cast<float>(attrs.get_float("p", 0.1));
-  const auto seed = static_cast<unsigned long long>(attrs.get_int("seed", 0));
+  const auto step = in.size() > 1 ? static_cast<unsigned long long>(in[1].values.at(0)) : 0ull;
+  const unsigned long long seed = tec_dropout_seed(static_cast<unsigned long long>(attrs.get_int("seed", 0)), step);
   const float keep_scale = 1.0f / (1.0f - p);
   HostTensor y = in[0];
   HostTensor mask{y.shape, std::vector<float>(y.values.size())};
@@ -182,6 +188,7 @@ void register_elementwise_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "dropout",
       .summary = "zero elements with probability p and scale the rest by 1/(1-p); identity in inference",
+      .max_inputs = 2,
       .attrs = {{"p", AttrType::float_, AttrValue{0.1}, {}, "drop probability in [0, 1)"},
                 {"seed", AttrType::int_, AttrValue{int64_t{0}}, {}, "random seed"},
                 {"training", AttrType::bool_, AttrValue{false}, {},

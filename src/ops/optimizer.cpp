@@ -1,3 +1,4 @@
+// increment: the step counter of a train plan (exact up to 2^24 steps in fp32).
 // adamw: the fused optimizer of a train plan (te-compile --optimizer adamw), one node over
 // every parameter, as TE's FusedAdam (multi_tensor_adam, adam_w_mode): decoupled weight decay,
 // bias-corrected moments, all in fp32. The compiler makes it (passes/autodiff.cpp); its
@@ -69,9 +70,25 @@ std::vector<HostTensor> reference_adamw(const Attributes&, const std::vector<Hos
   return out;
 }
 
+InferResult infer_increment(const InferContext& ctx) {
+  const TensorProto& x = ctx.inputs[0];
+  TEC_USER_CHECK(x.shape == Shape({1}) && x.dtype == DType::fp32, ctx.error)
+      << "increment counts in an fp32 [1], got " << x.shape.str() << " " << to_string(x.dtype);
+  return InferResult{{x}, {}, {}};
+}
+
 }  // namespace
 
 void register_optimizer_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "increment",
+      .summary = "a train plan's step counter + 1 (dropout draws a new mask every step)",
+      .infer = infer_increment,
+      .reference = [](const Attributes&, const std::vector<HostTensor>& in) {
+        return std::vector<HostTensor>{HostTensor{in[0].shape, {in[0].values[0] + 1.0f}}};
+      },
+      .compiler_only = true,
+  });
   registry.add(OpDef{
       .name = "adamw",
       .summary = "AdamW over every parameter of a train plan (made by te-compile --optimizer adamw)",

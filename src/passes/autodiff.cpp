@@ -135,10 +135,19 @@ class Autodiff {
       saved.value = add_value(node.name + "." + saved.name, ValueKind::activation, saved.proto, node.source);
       node.outputs.push_back(saved.value);
     }
-    if (node.op == "dropout") node.attrs.values["training"] = true;
+    if (node.op == "dropout") {
+      node.attrs.values["training"] = true;
+      node.inputs.push_back(dropout_step());
+    }
     node.phase = Phase::forward;
     node.columnwise_inputs.assign(node.inputs.size(), false);
     g_.add_node(std::move(node));
+  }
+
+  // The counter dropout's masks are drawn under, one per plan, advanced at the end of each step.
+  ValueId dropout_step() {
+    if (dropout_step_ < 0) dropout_step_ = add_state("dropout.step", TensorProto::dense(Shape{1}, DType::fp32), 0.0f);
+    return dropout_step_;
   }
 
   // The caller feeds d<output> for every graph output.
@@ -332,6 +341,8 @@ class Autodiff {
       adamw_outputs.insert(adamw_outputs.end(), {new_version(p.master), new_version(m), new_version(v), new_version(main_grad)});
     }
     if (adamw && adamw_inputs.size() > 6) add_node("adamw", "adamw", adamw_inputs, adamw_outputs, Phase::optimizer, "--optimizer adamw");
+    if (dropout_step_ >= 0)
+      add_node("dropout.step.increment", "increment", {dropout_step_}, {new_version(dropout_step_)}, Phase::optimizer, "dropout");
   }
 
   Graph& g_;
@@ -341,6 +352,7 @@ class Autodiff {
   std::vector<ValueId> grads_;
   std::map<ValueId, ValueId> quantized_;
   std::map<ValueId, int> versions_, sums_;
+  ValueId dropout_step_ = -1;
 };
 
 }  // namespace

@@ -239,6 +239,23 @@ TEST_CASE("every op's backward on the CPU reference matches fp64 central differe
   }
 }
 
+TEST_CASE("dropout draws a new mask every step, and its backward reads the step's own mask") {
+  const std::string path = temp_file("dropout.json", one_op_graph("dropout", R"({"p": 0.5, "seed": 9})", 64));
+  const auto plan = train_plan(path, RecipeKind::bf16, 16);
+  reference::Session s(*plan, plan->profiles.at(0));
+  s.randomize_inputs(2);
+  s.run();
+  const HostTensor first = s.read("op.mask");
+  CHECK(s.scalar("dropout.step") == 1.0f);
+  s.run();
+  const HostTensor second = s.read("op.mask");
+  CHECK(first.values != second.values);
+  // dx = dy * mask / (1 - p), with this step's mask.
+  const HostTensor dx = s.read("dx"), dy = s.read("dop");
+  for (size_t i = 0; i < dx.values.size(); ++i) CHECK(dx.values[i] == reference::round_to_bf16(dy.values[i] * second.values[i] * 2.0f));
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("quantize and dequantize pass the gradient straight through") {
   const std::string text = R"({"name": "qdq", "dims": {"T": [16]}, "dtype": "bf16",
     "inputs": [{"name": "x", "shape": ["T", 64]}],
