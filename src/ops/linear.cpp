@@ -148,19 +148,32 @@ std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const
   const HostTensor& dy_rows = in[2];
   const HostTensor& dy_cols = in[3];
   const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
+  // Transposed copies, so that every sum walks memory in order; each sum still runs over its
+  // index from 0 up, as the comment above says.
+  auto transposed = [](const std::vector<float>& v, int64_t rows, int64_t cols) {
+    std::vector<float> t(v.size());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t col = 0; col < cols; ++col) t[static_cast<size_t>(col * rows + r)] = v[static_cast<size_t>(r * cols + col)];
+    return t;
+  };
+  const std::vector<float> w_t = transposed(w.values, n, k), dy_t = transposed(dy_cols.values, m, n), x_t = transposed(x.values, m, k);
   HostTensor dx{x.shape, std::vector<float>(static_cast<size_t>(m * k))};
   parallel_for(m, [&](int64_t r) {
+    const float* dy = &dy_rows.values[static_cast<size_t>(r * n)];
     for (int64_t i = 0; i < k; ++i) {
+      const float* wi = &w_t[static_cast<size_t>(i * n)];
       float acc = 0.0f;
-      for (int64_t j = 0; j < n; ++j) acc += dy_rows.values[static_cast<size_t>(r * n + j)] * w.values[static_cast<size_t>(j * k + i)];
+      for (int64_t j = 0; j < n; ++j) acc += dy[j] * wi[j];
       dx.values[static_cast<size_t>(r * k + i)] = acc;
     }
   });
   HostTensor dw{w.shape, std::vector<float>(static_cast<size_t>(n * k))};
   parallel_for(n, [&](int64_t j) {
+    const float* dyj = &dy_t[static_cast<size_t>(j * m)];
     for (int64_t i = 0; i < k; ++i) {
+      const float* xi = &x_t[static_cast<size_t>(i * m)];
       float acc = 0.0f;
-      for (int64_t r = 0; r < m; ++r) acc += dy_cols.values[static_cast<size_t>(r * n + j)] * x.values[static_cast<size_t>(r * k + i)];
+      for (int64_t r = 0; r < m; ++r) acc += dyj[r] * xi[r];
       dw.values[static_cast<size_t>(j * k + i)] = acc;
     }
   });

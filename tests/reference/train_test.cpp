@@ -303,6 +303,115 @@ TEST_CASE("mlp_tiny and swiglu_mlp: every gradient within its recipe's bound of 
   }
 }
 
+// examples/mlp.json at full size (h=4096, ffn=16384): the fp64 backward of its formula, written
+// out (central differences would need a 2-GFLOP forward per entry), at sampled rows of dx and
+// sampled entries of dW1, db1, dW2, db2: each needs only its rows or columns of the fp64
+// backward. One step on the CPU reference; label `large` (ctest), not under the sanitizers.
+TEST_CASE("mlp.json at T=128: sampled gradients within their recipe's bound of fp64" * doctest::skip(std::getenv("TEC_LARGE_TESTS") == nullptr)) {
+  const std::string path = test::source_dir() + "/examples/mlp.json";
+  const int64_t t = 128, h = 4096, f = 16384;
+  for (const RecipeBound& r : kRecipeBounds) {
+    if (r.recipe != RecipeKind::bf16 && r.recipe != RecipeKind::fp8_current && r.recipe != RecipeKind::fp8_block) continue;
+    CAPTURE(to_string(r.recipe));
+    const auto plan = train_plan(path, r.recipe, t);
+    reference::Session s(*plan, plan->profiles.at(0));
+    s.randomize_inputs(17);
+    s.run();
+    auto get = [&](const std::string& name) { return as_double(s.read(name)); };
+    const auto x = get("x"), dy = get("dy"), gamma = get("ln.weight.master"), beta = get("ln.bias.master");
+    const auto w1 = get("fc1.weight.master"), b1 = get("fc1.bias.master"), w2 = get("fc2.weight.master");
+    const auto n = test::fp64::norm(x, t, h, gamma, &beta, 1e-5);
+    // h1[:, j], the fc1 pre-activation of column j, and da[:, j] = dy W2[:, j], for every row.
+    auto h1_column = [&](int64_t j) {
+      std::vector<double> c(static_cast<size_t>(t));
+      for (int64_t row = 0; row < t; ++row) {
+        double acc = b1[static_cast<size_t>(j)];
+        for (int64_t i = 0; i < h; ++i) acc += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
+        c[static_cast<size_t>(row)] = acc;
+      }
+      return c;
+    };
+    auto da_column = [&](int64_t j) {
+      std::vector<double> c(static_cast<size_t>(t));
+      for (int64_t row = 0; row < t; ++row)
+        for (int64_t o = 0; o < h; ++o) c[static_cast<size_t>(row)] += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
+      return c;
+    };
+    auto dgelu = [](double v) { return (test::fp64::gelu_tanh(v + 1e-6) - test::fp64::gelu_tanh(v - 1e-6)) / 2e-6; };
+    struct Errors {
+      double diff = 0, norm = 0;
+      void add(double got, double want) {
+        diff += (got - want) * (got - want);
+        norm += want * want;
+      }
+      double rel() const { return std::sqrt(diff / norm); }
+    };
+    std::map<std::string, Errors> errors;
+    const auto dw1 = get("fc1.weight.main_grad"), db1 = get("fc1.bias.main_grad"), dw2 = get("fc2.weight.main_grad"),
+               db2 = get("fc2.bias.main_grad");
+    for (int sample = 0; sample < 12; ++sample) {
+      const int64_t j = (sample * 7919 + 5) % f;
+      const auto h1 = h1_column(j), da = da_column(j);
+      double db1_want = 0;
+      std::vector<double> dh1(static_cast<size_t>(t)), a(static_cast<size_t>(t));
+      for (int64_t row = 0; row < t; ++row) {
+        dh1[static_cast<size_t>(row)] = da[static_cast<size_t>(row)] * dgelu(h1[static_cast<size_t>(row)]);
+        a[static_cast<size_t>(row)] = test::fp64::gelu_tanh(h1[static_cast<size_t>(row)]);
+        db1_want += dh1[static_cast<size_t>(row)];
+      }
+      errors["fc1.bias"].add(db1[static_cast<size_t>(j)], db1_want);
+      for (int e = 0; e < 8; ++e) {
+        const int64_t i = (e * 104729 + sample * 31) % h;  // an input feature of fc1, an output of fc2
+        double dw1_want = 0, dw2_want = 0;
+        for (int64_t row = 0; row < t; ++row) {
+          dw1_want += dh1[static_cast<size_t>(row)] * n[static_cast<size_t>(row * h + i)];
+          dw2_want += dy[static_cast<size_t>(row * h + i)] * a[static_cast<size_t>(row)];
+        }
+        errors["fc1.weight"].add(dw1[static_cast<size_t>(j * h + i)], dw1_want);
+        errors["fc2.weight"].add(dw2[static_cast<size_t>(i * f + j)], dw2_want);
+      }
+    }
+    for (int64_t o = 0; o < h; o += 97) {
+      double want = 0;
+      for (int64_t row = 0; row < t; ++row) want += dy[static_cast<size_t>(row * h + o)];
+      errors["fc2.bias"].add(db2[static_cast<size_t>(o)], want);
+    }
+    // dx at sampled rows: the whole backward of those rows (rows are independent).
+    const auto dx = get("dx");
+    for (int64_t row = 3; row < t; row += 41) {
+      const double* xr = &x[static_cast<size_t>(row * h)];
+      std::vector<double> dn(static_cast<size_t>(h), 0.0);
+      for (int64_t j = 0; j < f; ++j) {
+        double h1 = b1[static_cast<size_t>(j)], da = 0;
+        for (int64_t i = 0; i < h; ++i) h1 += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
+        for (int64_t o = 0; o < h; ++o) da += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
+        const double dh1 = da * dgelu(h1);
+        for (int64_t i = 0; i < h; ++i) dn[static_cast<size_t>(i)] += dh1 * w1[static_cast<size_t>(j * h + i)];
+      }
+      double mean = 0, var = 0;
+      for (int64_t i = 0; i < h; ++i) mean += xr[i] / static_cast<double>(h);
+      for (int64_t i = 0; i < h; ++i) var += (xr[i] - mean) * (xr[i] - mean) / static_cast<double>(h);
+      const double rs = 1 / std::sqrt(var + 1e-5);
+      double mean_g = 0, mean_gx = 0;
+      for (int64_t i = 0; i < h; ++i) {
+        const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
+        mean_g += g / static_cast<double>(h);
+        mean_gx += g * (xr[i] - mean) * rs / static_cast<double>(h);
+      }
+      for (int64_t i = 0; i < h; ++i) {
+        const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
+        const double want = dy[static_cast<size_t>(row * h + i)] + rs * (g - mean_g - (xr[i] - mean) * rs * mean_gx);
+        errors["x"].add(dx[static_cast<size_t>(row * h + i)], want);
+      }
+    }
+    for (const auto& [name, e] : errors) {
+      CAPTURE(name);
+      CHECK(e.rel() < r.bound);
+      MESSAGE("mlp.json T=128 " << to_string(r.recipe) << " d" << name << " rel error " << e.rel());
+    }
+  }
+}
+
 TEST_CASE("saved tensors of mlp.json at T=2048 under fp8-current are exactly TE's save layout") {
   const CompileResult r = compile_train(test::source_dir() + "/examples/mlp.json", RecipeKind::fp8_current, 2048, {}, "memory_plan");
   const CompiledProfile& p = r.profiles.at(0);
