@@ -123,6 +123,10 @@ void print_plan_summary(std::FILE* out, const tec::CompiledProfile& p) {
                  "", p.graph.train->optimizer.c_str(), p.graph.train->wgrad.c_str(), human_bytes(t.saved_bytes).c_str(),
                  human_bytes(t.saved_new_bytes).c_str(), human_bytes(t.bytes_saved_by_aliasing).c_str(),
                  human_bytes(t.state_bytes).c_str(), human_bytes(t.workspace_bytes).c_str());
+    if (t.recomputed_bytes > 0)
+      std::fprintf(out, "  %-14s --recompute: saved %s instead of %s (%s recomputed in the backward)\n", "",
+                   human_bytes(t.saved_bytes).c_str(), human_bytes(t.saved_bytes + t.recomputed_bytes).c_str(),
+                   human_bytes(t.recomputed_bytes).c_str());
   }
   for (size_t i = 0; i < p.schedule.steps.size(); ++i) {
     const auto& s = p.schedule.steps[i];
@@ -191,7 +195,8 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
                {"saved_new_bytes", t.saved_new_bytes},
                {"bytes_saved_by_aliasing", t.bytes_saved_by_aliasing},
                {"state_bytes", t.state_bytes},
-               {"workspace_bytes", t.workspace_bytes}};
+               {"workspace_bytes", t.workspace_bytes},
+               {"recomputed_bytes", t.recomputed_bytes}};
     }
     profiles.push_back({{"dims", p.graph.dims},
                         {"train", train},
@@ -253,6 +258,9 @@ int main(int argc, char** argv) {
   app.add_option("--wgrad", wgrad, "train: accumulate (into main_grad, TE's wgrad with beta=1) or write (each step writes "
                                    "<weight>.grad in the model dtype, for callers with their own optimizer)")
       ->check(CLI::IsMember({"accumulate", "write"}));
+  app.add_flag("--recompute", train.recompute_activations,
+               "train: recompute each activation function's output in the backward (from its input, saved anyway) "
+               "instead of keeping its copy for the next linear's wgrad; the summary shows both saved figures");
   app.add_option("--lr", train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar)")->check(CLI::PositiveNumber);
   app.add_option("--beta1", train.beta1, "train, adamw: first-moment decay")->check(CLI::Range(0.0, 0.999999));
   app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay")->check(CLI::Range(0.0, 0.999999));
@@ -308,8 +316,8 @@ int main(int argc, char** argv) {
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     train.optimizer = optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
     train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
-    if (mode != "train" && (optimizer != "none" || wgrad != "accumulate"))
-      throw tec::Error(ErrorKind::usage, {}, "--optimizer and --wgrad describe a training step; add --mode train");
+    if (mode != "train" && (optimizer != "none" || wgrad != "accumulate" || train.recompute_activations))
+      throw tec::Error(ErrorKind::usage, {}, "--optimizer, --wgrad and --recompute describe a training step; add --mode train");
     options.train = train;
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
@@ -332,7 +340,8 @@ int main(int argc, char** argv) {
     options.record.options = {{"recipe", recipe}, {"mode", mode},           {"arch", archs},
                               {"shape", shapes},  {"profiles", profiles}, {"disable_pass", disabled}};
     if (mode == "train")
-      options.record.options["train"] = {{"optimizer", optimizer}, {"wgrad", wgrad}, {"lr", train.lr}, {"beta1", train.beta1},
+      options.record.options["train"] = {{"optimizer", optimizer}, {"wgrad", wgrad}, {"recompute", train.recompute_activations},
+                                         {"lr", train.lr}, {"beta1", train.beta1},
                                          {"beta2", train.beta2}, {"eps", train.eps}, {"weight_decay", train.weight_decay}};
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
 

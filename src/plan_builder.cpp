@@ -275,7 +275,8 @@ json profile_manifest(const CompiledProfile& p) {
              {"saved_new_bytes", m.saved_new_bytes},
              {"bytes_saved_by_aliasing", m.bytes_saved_by_aliasing},
              {"state_bytes", m.state_bytes},
-             {"workspace_bytes", m.workspace_bytes}};
+             {"workspace_bytes", m.workspace_bytes},
+             {"recomputed_bytes", m.recomputed_bytes}};
   }
   return json{{"dims", g.dims},
               {"train", std::move(train)},

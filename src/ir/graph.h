@@ -172,6 +172,8 @@ struct TrainStep {
   std::string wgrad = "accumulate";  // accumulate (into main_grad), write (outputs <weight>.grad)
   // State values the caller may set between runs (lr, the first-microbatch flag, ...).
   std::vector<ValueId> runtime_scalars;
+  // --recompute: forward values the backward recomputes instead of keeping (original, copy).
+  std::vector<std::pair<ValueId, ValueId>> recomputed;
 };
 
 struct Graph {

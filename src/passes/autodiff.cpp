@@ -10,6 +10,7 @@
 // State updates are new SSA values stored in their state value's buffers (Value::storage).
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "ops/common.h"
 #include "passes/passes.h"
@@ -202,6 +203,30 @@ class Autodiff {
     return quantized_[grad] = out;
   }
 
+  // --recompute: a linear's input made by an activation function is made again in the
+  // backward, from the activation's input (which the activation's own backward saves anyway),
+  // so that the forward keeps only its rowwise copy. Other inputs are kept.
+  ValueId recomputed(ValueId v) {
+    static const std::set<std::string> kActivations = {"gelu", "relu", "silu", "swiglu", "geglu"};
+    const NodeId producer = g_.value(v).producer;
+    if (producer < 0 || !kActivations.count(g_.node(producer).op) || g_.node(producer).phase != Phase::forward) return v;
+    for (const auto& [original, copy] : g_.train->recomputed)
+      if (original == v) return copy;
+    const Node act = g_.node(producer);
+    Value& original = g_.value(v);
+    TensorProto proto = original.proto;
+    if (proto.is_quantized()) {
+      proto = proto.update_usage(Usage{false, true});                    // wgrad reads the columnwise copy
+      original.proto = original.proto.update_usage(Usage{true, false});  // the forward GEMM the rowwise one
+    }
+    const std::optional<Quantizer> quantizer = original.quantizer;
+    const ValueId copy = add_value(original.name + ".recomputed", ValueKind::activation, proto, act.source);
+    g_.value(copy).quantizer = quantizer;
+    add_node(act.name + ".recompute", act.op, act.inputs, {copy}, Phase::backward, act.source, act.attrs);
+    g_.train->recomputed.emplace_back(v, copy);
+    return copy;
+  }
+
   // The label of input slot `slot` in gradient names: "input", "input1", or the param suffix.
   std::string slot_label(const Node& node, const OpDef& def, size_t slot) const {
     const auto params = def.params ? def.params(node.attrs, DType::fp32) : std::vector<ParamSpec>{};
@@ -239,7 +264,8 @@ class Autodiff {
     bwd.computes_backward = true;
     for (const auto& read : node.backward->reads) {
       const SavedTensor& saved = node.saved.at(static_cast<size_t>(read.saved_index));
-      const ValueId value = saved.aliases_input >= 0 ? node.inputs.at(static_cast<size_t>(saved.aliases_input)) : saved.value;
+      ValueId value = saved.aliases_input >= 0 ? node.inputs.at(static_cast<size_t>(saved.aliases_input)) : saved.value;
+      if (options_.recompute_activations && node.op == "linear" && saved.aliases_input == 0) value = recomputed(value);
       bwd.inputs.push_back(value);
       bwd.columnwise_inputs.push_back(read.usage.columnwise && !read.usage.rowwise && g_.value(value).proto.is_quantized());
     }

@@ -227,9 +227,16 @@ TrainMemory train_memory(const Graph& g, const MemoryPlan& plan) {
   for (const Node& node : g.nodes)
     for (const SavedTensor& s : node.saved)
       if (s.aliases_input < 0) made_to_be_saved.insert(s.value);
+  std::set<ValueId> recomputed;
+  if (g.train)
+    for (const auto& entry : g.train->recomputed) recomputed.insert(entry.first);
   for (const auto& [value, usage] : saved) {
     const TensorProto& p = g.value(value).proto;
     const int64_t bytes = p.is_quantized() ? p.update_usage(usage).bytes(g.target) : p.bytes(g.target);
+    if (recomputed.count(value)) {
+      m.recomputed_bytes = checked_add(m.recomputed_bytes, bytes);
+      continue;
+    }
     m.saved_bytes = checked_add(m.saved_bytes, bytes);
     if (made_to_be_saved.count(value)) m.saved_new_bytes = checked_add(m.saved_new_bytes, bytes);
   }

@@ -70,6 +70,9 @@ struct TrainMemory {
   // Of which the forward's own tensors, held rather than copied (the seeds' aliases), once
   // each however many backward nodes read them.
   int64_t bytes_saved_by_aliasing = 0;
+  // --recompute: what the backward recomputes instead (without --recompute, saved_bytes would
+  // be this much more).
+  int64_t recomputed_bytes = 0;
   int64_t state_bytes = 0;      // masters, main_grad, optimizer moments, scalars, scaling state
   int64_t workspace_bytes = 0;  // the weights' copies made from the masters
 };

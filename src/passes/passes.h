@@ -28,6 +28,9 @@ struct TrainOptions {
   // the optimizer or the caller; write: each step writes them, in the model dtype, as outputs
   // "<weight>.grad" (PyTorch's .grad of bf16 parameters).
   enum class WeightGrad : uint8_t { accumulate, write } wgrad = WeightGrad::accumulate;
+  // Recompute an activation function's output in the backward (from its input, which its own
+  // backward saves anyway) instead of keeping it for the next linear's wgrad.
+  bool recompute_activations = false;
   // AdamW's runtime scalars as the plan starts them; a session may change them between runs.
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.01f;
 };
