@@ -186,20 +186,8 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : p.schedule.steps)
       steps.push_back({{"name", s.name}, {"kind", to_string(s.kind)}, {"phase", to_string(s.phase)}, {"fusions", s.fusions}});
-    nlohmann::json train;
-    if (p.graph.train) {
-      const tec::TrainMemory t = tec::train_memory(p.graph, p.memory);
-      train = {{"optimizer", p.graph.train->optimizer},
-               {"wgrad", p.graph.train->wgrad},
-               {"saved_bytes", t.saved_bytes},
-               {"saved_new_bytes", t.saved_new_bytes},
-               {"bytes_saved_by_aliasing", t.bytes_saved_by_aliasing},
-               {"state_bytes", t.state_bytes},
-               {"workspace_bytes", t.workspace_bytes},
-               {"recomputed_bytes", t.recomputed_bytes}};
-    }
     profiles.push_back({{"dims", p.graph.dims},
-                        {"train", train},
+                        {"train", tec::dump_train_step(p.graph, p.memory)},
                         {"steps", steps},
                         {"arena_bytes", p.memory.arena_bytes},
                         {"scratch_peak_bytes", p.memory.scratch_peak_bytes},

@@ -263,23 +263,8 @@ json profile_manifest(const CompiledProfile& p) {
   for (ValueId id : g.inputs) inputs.push_back(g.value(id).name);
   for (ValueId id : g.outputs) outputs.push_back(g.value(id).name);
   const MetaSummary meta = summarize(g);
-  json train;
-  if (g.train) {
-    const TrainMemory m = train_memory(g, p.memory);
-    json scalars = json::array();
-    for (ValueId id : g.train->runtime_scalars) scalars.push_back(g.value(id).name);
-    train = {{"optimizer", g.train->optimizer},
-             {"wgrad", g.train->wgrad},
-             {"runtime_scalars", std::move(scalars)},
-             {"saved_bytes", m.saved_bytes},
-             {"saved_new_bytes", m.saved_new_bytes},
-             {"bytes_saved_by_aliasing", m.bytes_saved_by_aliasing},
-             {"state_bytes", m.state_bytes},
-             {"workspace_bytes", m.workspace_bytes},
-             {"recomputed_bytes", m.recomputed_bytes}};
-  }
   return json{{"dims", g.dims},
-              {"train", std::move(train)},
+              {"train", dump_train_step(g, p.memory)},
               {"arena_bytes", p.memory.arena_bytes},
               {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
               {"scratch_naive_bytes", p.memory.scratch_naive_bytes},

@@ -1,5 +1,7 @@
 #include "ir/tensor_proto.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace tec {
@@ -14,6 +16,19 @@ std::string_view to_string(BufferRole role) {
     case BufferRole::columnwise_amax: return "columnwise_amax";
   }
   return "?";
+}
+
+bool is_columnwise_role(BufferRole role) {
+  return role == BufferRole::columnwise_data || role == BufferRole::columnwise_scale_inv || role == BufferRole::columnwise_amax;
+}
+
+bool role_serves_direction(BufferRole role, bool columnwise, const std::vector<BufferRole>& roles) {
+  if (is_columnwise_role(role)) return columnwise;
+  if (!columnwise) return true;
+  const BufferRole own = role == BufferRole::data        ? BufferRole::columnwise_data
+                         : role == BufferRole::scale_inv ? BufferRole::columnwise_scale_inv
+                                                         : BufferRole::columnwise_amax;
+  return std::find(roles.begin(), roles.end(), own) == roles.end();
 }
 
 TensorProto TensorProto::dense(Shape shape, DType dtype) {

@@ -21,6 +21,12 @@ enum class BufferRole : uint8_t {
   columnwise_amax,  // NVFP4 keeps one amax per direction (LAYOUTS.md §0.1)
 };
 std::string_view to_string(BufferRole role);
+// The roles of the columnwise copy.
+bool is_columnwise_role(BufferRole role);
+// Whether a read (or write) of one direction of a tensor with these buffers touches a buffer
+// of `role`: its own direction's copy, and what both directions share (per-tensor FP8's one
+// scale_inv; the data of an FP8 tensor on an arch whose GEMMs read it either way).
+bool role_serves_direction(BufferRole role, bool columnwise, const std::vector<BufferRole>& roles);
 
 // Which copies of a quantized tensor exist: rowwise (blocks along K) for GEMMs that
 // contract over K, columnwise (blocks along M) for the backward GEMMs (LAYOUTS.md §0).

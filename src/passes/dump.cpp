@@ -179,4 +179,20 @@ json dump_memory_plan(const MemoryPlan& plan) {
               {"naive_bytes", plan.naive_bytes}, {"buffers", buffers}};
 }
 
+json dump_train_step(const Graph& g, const MemoryPlan& plan) {
+  if (!g.train) return nullptr;
+  const TrainMemory m = train_memory(g, plan);
+  json scalars = json::array();
+  for (ValueId id : g.train->runtime_scalars) scalars.push_back(g.value(id).name);
+  return json{{"optimizer", g.train->optimizer},
+              {"wgrad", g.train->wgrad},
+              {"runtime_scalars", std::move(scalars)},
+              {"saved_bytes", m.saved_bytes},
+              {"saved_new_bytes", m.saved_new_bytes},
+              {"bytes_saved_by_aliasing", m.bytes_saved_by_aliasing},
+              {"state_bytes", m.state_bytes},
+              {"workspace_bytes", m.workspace_bytes},
+              {"recomputed_bytes", m.recomputed_bytes}};
+}
+
 }  // namespace tec

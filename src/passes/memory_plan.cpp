@@ -80,29 +80,15 @@ Lifetimes value_lifetimes(const Graph& g, const Schedule& s) {
   return l;
 }
 
-bool is_columnwise_role(BufferRole role) {
-  return role == BufferRole::columnwise_data || role == BufferRole::columnwise_scale_inv || role == BufferRole::columnwise_amax;
-}
-
-BufferRole columnwise_counterpart(BufferRole role) {
-  switch (role) {
-    case BufferRole::data: return BufferRole::columnwise_data;
-    case BufferRole::scale_inv: return BufferRole::columnwise_scale_inv;
-    case BufferRole::amax: return BufferRole::columnwise_amax;
-    default: return role;
-  }
-}
-
 // A buffer of one direction lives until the last read of that direction (the rowwise copy of
 // a saved FP8 input is free once the forward GEMM has read it); a buffer both directions
 // share (per-tensor FP8's one scale_inv) until the last read of either.
 int last_reader_of(BufferRole role, const std::vector<BufferSpec>& specs, const Lifetimes& life, size_t v) {
-  const bool has_counterpart = std::any_of(specs.begin(), specs.end(), [&](const BufferSpec& s) {
-    return !is_columnwise_role(role) && s.role == columnwise_counterpart(role) && s.role != role;
-  });
+  std::vector<BufferRole> roles;
+  for (const BufferSpec& s : specs) roles.push_back(s.role);
+  const bool rowwise = role_serves_direction(role, false, roles), columnwise = role_serves_direction(role, true, roles);
   int last = life.last[v];
-  if (is_columnwise_role(role)) last = life.last_columnwise[v];
-  else if (has_counterpart) last = life.last_rowwise[v];
+  if (rowwise != columnwise) last = columnwise ? life.last_columnwise[v] : life.last_rowwise[v];
   return std::max(last, life.first[v]);
 }
 

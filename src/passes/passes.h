@@ -63,5 +63,8 @@ struct MemoryPlan;
 nlohmann::json dump_schedule(const Graph& graph, const Schedule& schedule);
 // Every planned buffer with region, offset and lifetime, and the arena sizes.
 nlohmann::json dump_memory_plan(const MemoryPlan& plan);
+// A train plan's step (optimizer, wgrad, runtime scalars) and its train_memory figures, for
+// the plan's manifest and --report; null for inference graphs.
+nlohmann::json dump_train_step(const Graph& graph, const MemoryPlan& plan);
 
 }  // namespace tec

@@ -104,10 +104,6 @@ AttrValue attr_from_json(const json& v, const ErrorContext& ctx) {
   return out;
 }
 
-bool is_columnwise_role(BufferRole role) {
-  return role == BufferRole::columnwise_data || role == BufferRole::columnwise_scale_inv || role == BufferRole::columnwise_amax;
-}
-
 // Every tensor a step reads was written before (by an earlier step, an earlier op of the same
 // step, the caller, or the plan's constants and state), and every buffer a step touches is
 // alive in that step: a hostile plan cannot make an executor read a freed or foreign buffer.
@@ -116,11 +112,10 @@ void check_dataflow(const Profile& p, const Reader& r) {
   for (const auto& [name, t] : p.tensors)
     if (t.kind != "activation") written.insert(name);
   auto check_alive = [&](const Tensor& t, int step, bool columnwise, const std::string& what, const ErrorContext& ctx) {
+    std::vector<BufferRole> roles;
+    for (const auto& entry : t.buffers) roles.push_back(entry.first);
     for (const auto& [role, index] : t.buffers) {
-      if (columnwise != is_columnwise_role(role) && t.proto.quantizer) {
-        // the other direction's copy; per-tensor FP8 shares one scale_inv, checked below
-        if (!(role == BufferRole::scale_inv && columnwise && !t.buffers.count(BufferRole::columnwise_scale_inv))) continue;
-      }
+      if (!role_serves_direction(role, columnwise, roles)) continue;
       const Buffer& b = p.buffers[static_cast<size_t>(index)];
       if (b.region != "scratch") continue;
       TEC_USER_CHECK(b.first_step <= step && step <= b.last_step, ctx)

@@ -32,8 +32,7 @@ InferResult infer_op(const plan::Plan& plan, const plan::Profile& profile, const
   node.attrs = op.attrs;
   node.source = ctx.location;
   check_and_default_attributes(def, node.attrs, ctx);
-  static thread_local Graph g;
-  g = Graph{};
+  Graph g;
   if (auto kind = parse_recipe_kind(plan.recipe)) g.recipe = Recipe::defaults(*kind);
   g.target = plan.target;
   g.mode = plan.mode == "train" ? Mode::train : Mode::infer;
