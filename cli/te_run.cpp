@@ -27,6 +27,7 @@ Examples:
   te-run mlp.teplan --profile --trace trace.json          # per-step times; a Chrome trace for Perfetto
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
+  te-run train.teplan --backend cpu --iterations 3 --input dy=dy.npy  # three training steps (te-compile --mode train)
   te-run mlp.teplan --inspect                             # buffers, steps, launches, GEMMs and fusions
   TEC_DISABLE_EARLY_LAUNCH=1 te-run mlp.teplan            # every kernel launched after the previous one
                                                           # ends (default on Hopper: early launch, README)
@@ -228,6 +229,13 @@ int main(int argc, char** argv) {
       const tec::HostTensor out = session.read(name);
       print_stats(name, out);
       if (!save_dir.empty()) tec::write_npy((std::filesystem::path(save_dir) / (name + ".npy")).string(), out.shape, out.values);
+    }
+    if (profile.train) {
+      // A training step's state: the gradients it accumulated (or AdamW's step, which clears them).
+      std::printf("train plan (optimizer %s, wgrad %s), state after %d step(s):\n", profile.optimizer.c_str(), profile.wgrad.c_str(),
+                  iterations);
+      for (const auto& [name, t] : profile.tensors)
+        if (t.kind == "state" && (name.ends_with(".main_grad") || name == "optimizer.step")) print_stats(name, session.read(name));
     }
     if (!save_dir.empty()) std::printf("saved outputs to %s\n", save_dir.c_str());
     return 0;

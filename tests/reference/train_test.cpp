@@ -256,6 +256,28 @@ TEST_CASE("dropout draws a new mask every step, and its backward reads the step'
   std::filesystem::remove(path);
 }
 
+TEST_CASE("tensor-parallel linears keep their shape effects in the backward") {
+  // Column-parallel with sequence parallel gathers x ([T/tp, K] -> [T, K]); row-parallel with
+  // sequence parallel scatters y. Each gradient has its tensor's local shape; the collectives
+  // themselves come with the NCCL runtime.
+  const std::string text = R"({"name": "tp", "dims": {"T": [64]}, "dtype": "bf16",
+    "inputs": [{"name": "x", "shape": [32, 64]}],
+    "ops": [{"name": "up", "op": "linear", "inputs": ["x"],
+             "attrs": {"in_features": 64, "out_features": 256, "tp_mode": "column", "tp_size": 2, "sequence_parallel": true}},
+            {"name": "down", "op": "linear", "inputs": ["up"],
+             "attrs": {"in_features": 256, "out_features": 64, "tp_mode": "row", "tp_size": 2, "sequence_parallel": true}}],
+    "outputs": ["down"]})";
+  const std::string path = temp_file("tp.json", text);
+  const CompileResult r = compile_train(path, RecipeKind::fp8_current, 64, {}, "autodiff");
+  const Graph& g = r.profiles.at(0).graph;
+  CHECK(test::value_named(g, "ddown").proto.shape == Shape({32, 64}));  // the caller's dy: y is scattered
+  CHECK(test::value_named(g, "dx").proto.shape == Shape({32, 64}));
+  CHECK(test::value_named(g, "up.dweight").proto.shape == Shape({128, 64}));    // this rank's columns
+  CHECK(test::value_named(g, "down.dweight").proto.shape == Shape({64, 128}));  // this rank's rows
+  CHECK(test::value_named(g, "down.dinput").proto.shape == Shape({64, 128}));
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("quantize and dequantize pass the gradient straight through") {
   const std::string text = R"({"name": "qdq", "dims": {"T": [16]}, "dtype": "bf16",
     "inputs": [{"name": "x", "shape": ["T", 64]}],
@@ -311,7 +333,7 @@ TEST_CASE("mlp.json at T=128: sampled gradients within their recipe's bound of f
   const std::string path = test::source_dir() + "/examples/mlp.json";
   const int64_t t = 128, h = 4096, f = 16384;
   for (const RecipeBound& r : kRecipeBounds) {
-    if (r.recipe != RecipeKind::bf16 && r.recipe != RecipeKind::fp8_current && r.recipe != RecipeKind::fp8_block) continue;
+    if (r.recipe == RecipeKind::fp8_delayed) continue;  // its bound needs a scaling history: four steps at this size
     CAPTURE(to_string(r.recipe));
     const auto plan = train_plan(path, r.recipe, t);
     reference::Session s(*plan, plan->profiles.at(0));
