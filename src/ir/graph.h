@@ -130,8 +130,7 @@ struct BackwardInfo {
     bool columnwise = false;
   };
   std::vector<SavedRead> reads;
-  std::vector<Workspace> workspaces;  // e.g. the quantized grad_output of a linear
-  std::vector<GradRead> grad_reads;   // empty: each output's gradient once, rowwise
+  std::vector<GradRead> grad_reads;  // empty: each output's gradient once, rowwise
 };
 
 // Where a node runs in a training step (ARCHITECTURE.md §12). Inference plans are all forward.

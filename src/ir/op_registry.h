@@ -65,7 +65,6 @@ struct BackwardContext {
 struct BackwardResult {
   std::vector<std::optional<TensorProto>> grad_inputs;  // per input slot; nullopt: no gradient
   std::vector<BackwardInfo::SavedRead> reads;
-  std::vector<Workspace> workspaces;
   std::vector<BackwardInfo::GradRead> grad_reads;  // empty: each output gradient once, rowwise
 };
 

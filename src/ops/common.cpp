@@ -43,10 +43,10 @@ std::vector<BackwardInfo::SavedRead> read_all_saved(const BackwardContext& ctx) 
 std::vector<HostTensor> identity_reference(const Attributes&, const std::vector<HostTensor>& in) { return {in.at(0)}; }
 
 BackwardResult elementwise_backward(const BackwardContext& ctx) {
-  return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}, {}};
+  return BackwardResult{grads_like_inputs(ctx), read_all_saved(ctx), {}};
 }
 
-BackwardResult passthrough_backward(const BackwardContext& ctx) { return BackwardResult{grads_like_inputs(ctx), {}, {}, {}}; }
+BackwardResult passthrough_backward(const BackwardContext& ctx) { return BackwardResult{grads_like_inputs(ctx), {}, {}}; }
 
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank) {
   const auto& p = ctx.inputs.at(static_cast<size_t>(slot));

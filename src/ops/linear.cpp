@@ -112,11 +112,15 @@ BackwardResult infer_linear_backward(const BackwardContext& ctx) {
   return result;
 }
 
+void require_one_rank(const LinearConfig& c) {
+  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
+      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
+}
+
 // y = x W^T + b on the dequantized operands, accumulating in fp32 along K.
 std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const LinearConfig c(attrs);
-  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
-      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
+  require_one_rank(c);
   const HostTensor& x = in[0];
   const HostTensor& w = in[1];
   const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
@@ -141,8 +145,7 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
 // in index order.
 std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const LinearConfig c(attrs);
-  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
-      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
+  require_one_rank(c);
   const HostTensor& x = in[0];
   const HostTensor& w = in[1];
   const HostTensor& dy_rows = in[2];

@@ -153,7 +153,6 @@ class Autodiff {
 
   // The caller feeds d<output> for every graph output.
   void seed_output_gradients() {
-    grads_.assign(g_.values.size(), -1);
     for (ValueId out : std::vector<ValueId>(g_.outputs)) {
       const Value& v = g_.value(out);
       if (!v.proto.requires_grad) continue;
@@ -175,14 +174,15 @@ class Autodiff {
         p.partial_grads.push_back(partial);
         return;
       }
-    if (grad_of(v) < 0) {
-      grad_of(v) = partial;
-      return;
-    }
-    const ValueId sum = add_value(g_.value(v).name + ".grad_sum" + std::to_string(++sums_[v]), ValueKind::activation,
-                                  dense_like(g_.value(v).proto), source);
-    add_node(g_.value(sum).name, "add", {grad_of(v), partial}, {sum}, Phase::backward, source);
-    grad_of(v) = sum;
+    grad_of(v) = grad_of(v) < 0 ? partial : sum(v, grad_of(v), partial, source);
+  }
+
+  // a + b, a new gradient of `v` in a's proto.
+  ValueId sum(ValueId v, ValueId a, ValueId b, const std::string& source) {
+    const ValueId out = add_value(g_.value(v).name + ".grad_sum" + std::to_string(++sums_[v]), ValueKind::activation,
+                                  g_.value(a).proto, source);
+    add_node(g_.value(out).name, "add", {a, b}, {out}, Phase::backward, source);
+    return out;
   }
 
   // dy in the recipe's gradient format (E5M2 under HYBRID), rowwise for dgrad and columnwise
@@ -344,11 +344,7 @@ class Autodiff {
       const std::string name = g_.value(p.workspace).name, source = g_.value(p.workspace).source;
       if (options_.wgrad == TrainOptions::WeightGrad::write) {
         ValueId grad = p.partial_grads[0];
-        for (size_t i = 1; i < p.partial_grads.size(); ++i) {
-          const ValueId sum = add_value(name + ".grad_sum" + std::to_string(i), ValueKind::activation, g_.value(grad).proto, source);
-          add_node(g_.value(sum).name, "add", {grad, p.partial_grads[i]}, {sum}, Phase::backward, source);
-          grad = sum;
-        }
+        for (size_t i = 1; i < p.partial_grads.size(); ++i) grad = sum(p.workspace, grad, p.partial_grads[i], source);
         g_.value(grad).name = name + ".grad";
         g_.outputs.push_back(grad);
         continue;

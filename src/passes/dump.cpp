@@ -65,8 +65,6 @@ MetaSummary summarize(const Graph& g) {
       }
     }
     for (const auto& w : n.workspaces) add(w.proto);
-    if (n.backward)
-      for (const auto& w : n.backward->workspaces) add(w.proto);
   }
   return s;
 }
@@ -121,12 +119,13 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
     }
     for (const auto& w : n.workspaces) j["workspaces"].push_back({{"name", w.name}, {"proto", to_json(w.proto, g.target)}});
     if (n.backward) {
-      json bw{{"reads", json::array()}, {"workspaces", json::array()}};
+      json bw{{"reads", json::array()}, {"grad_reads", json::array()}};
       for (const auto& r : n.backward->reads)
         bw["reads"].push_back({{"saved", n.saved[static_cast<size_t>(r.saved_index)].name},
                                {"usage", {{"rowwise", r.usage.rowwise}, {"columnwise", r.usage.columnwise}}}});
-      for (const auto& w : n.backward->workspaces)
-        bw["workspaces"].push_back({{"name", w.name}, {"proto", to_json(w.proto, g.target)}});
+      for (const auto& r : n.backward->grad_reads)
+        bw["grad_reads"].push_back({{"output", g.value(n.outputs[static_cast<size_t>(r.output)]).name},
+                                    {"quantized", r.quantized}, {"columnwise", r.columnwise}});
       j["backward"] = std::move(bw);
     }
     nodes.push_back(std::move(j));

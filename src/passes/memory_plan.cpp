@@ -49,15 +49,16 @@ int64_t pack_intervals(std::span<const Interval> intervals, std::vector<int64_t>
 namespace {
 
 struct Lifetimes {
-  std::vector<int> first, last;  // per value
+  std::vector<int> first;  // per value: its producer's step
   // The last step reading each value's rowwise and its columnwise copy (train plans: the
   // forward GEMM reads x rowwise, the wgrad reads x columnwise in the backward).
   std::vector<int> last_rowwise, last_columnwise;
+  int last(size_t v) const { return std::max({first[v], last_rowwise[v], last_columnwise[v]}); }
 };
 
 Lifetimes value_lifetimes(const Graph& g, const Schedule& s) {
   const size_t count = g.values.size();
-  Lifetimes l{std::vector<int>(count, 0), std::vector<int>(count, -1), std::vector<int>(count, -1), std::vector<int>(count, -1)};
+  Lifetimes l{std::vector<int>(count, 0), std::vector<int>(count, -1), std::vector<int>(count, -1)};
   for (size_t st = 0; st < s.steps.size(); ++st)
     for (NodeId n : s.steps[st].nodes) {
       const Node& node = g.node(n);
@@ -66,17 +67,14 @@ Lifetimes value_lifetimes(const Graph& g, const Schedule& s) {
       // it, so it lives from its forward producer to its last backward reader.
       for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
         const auto in = static_cast<size_t>(node.inputs[slot]);
-        l.last[in] = std::max(l.last[in], static_cast<int>(st));
         const bool columnwise = slot < node.columnwise_inputs.size() && node.columnwise_inputs[slot];
         int& last = columnwise ? l.last_columnwise[in] : l.last_rowwise[in];
         last = std::max(last, static_cast<int>(st));
       }
     }
-  for (size_t v = 0; v < count; ++v) {
-    l.last[v] = std::max(l.last[v], l.first[v]);
-    // Graph outputs are read after the last step (rowwise).
-    if (g.is_output(static_cast<ValueId>(v))) l.last_rowwise[v] = l.last[v];
-  }
+  // Graph outputs are read (rowwise) after the last step that touches them.
+  for (size_t v = 0; v < count; ++v)
+    if (g.is_output(static_cast<ValueId>(v))) l.last_rowwise[v] = l.last(v);
   return l;
 }
 
@@ -87,9 +85,8 @@ int last_reader_of(BufferRole role, const std::vector<BufferSpec>& specs, const 
   std::vector<BufferRole> roles;
   for (const BufferSpec& s : specs) roles.push_back(s.role);
   const bool rowwise = role_serves_direction(role, false, roles), columnwise = role_serves_direction(role, true, roles);
-  int last = life.last[v];
-  if (rowwise != columnwise) last = columnwise ? life.last_columnwise[v] : life.last_rowwise[v];
-  return std::max(last, life.first[v]);
+  if (rowwise == columnwise) return life.last(v);
+  return std::max(life.first[v], columnwise ? life.last_columnwise[v] : life.last_rowwise[v]);
 }
 
 }  // namespace

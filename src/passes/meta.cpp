@@ -90,7 +90,7 @@ void run_backward(Graph& g) {
     for (const auto& read : result.grad_reads)
       TEC_INTERNAL_CHECK(read.output >= 0 && static_cast<size_t>(read.output) < node.outputs.size(), ctx)
           << "infer_backward reads the gradient of output " << read.output;
-    node.backward = BackwardInfo{std::move(result.reads), std::move(result.workspaces), std::move(result.grad_reads)};
+    node.backward = BackwardInfo{std::move(result.reads), std::move(result.grad_reads)};
     for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
       const Value& in = g.value(node.inputs[slot]);
       if (!result.grad_inputs[slot] || !in.proto.requires_grad) continue;

@@ -24,8 +24,6 @@ void validate_buffers(const Graph& g) {
     with_context(g.context(n, "usage"), [&] {
       for (const auto& s : node.saved) (void)s.proto.buffers(g.target);
       for (const auto& w : node.workspaces) (void)w.proto.buffers(g.target);
-      if (node.backward)
-        for (const auto& w : node.backward->workspaces) (void)w.proto.buffers(g.target);
     });
   }
 }

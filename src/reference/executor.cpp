@@ -64,7 +64,7 @@ InferResult infer_op(const plan::Plan& plan, const plan::Profile& profile, const
       BackwardResult b = with_context(ctx, [&] { return def.infer_backward(bctx); });
       if (b.grad_reads.empty())
         for (size_t o = 0; o < result.outputs.size(); ++o) b.grad_reads.push_back({static_cast<int>(o), false, false});
-      node.backward = BackwardInfo{std::move(b.reads), {}, std::move(b.grad_reads)};
+      node.backward = BackwardInfo{std::move(b.reads), std::move(b.grad_reads)};
     }
   }
   return result;
