@@ -146,24 +146,34 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
               {"constant_bytes", session.constant_bytes()}};
   int exit_code = 0;
 
+  // A train plan is verified over several steps, its state (masters, main_grad, moments)
+  // carrying over on both sides; an inference plan over one run.
+  const int verify_runs = profile.train ? o.verify_steps : 1;
   if (o.verify_cpu) {
-    // 1. The whole graph once from fresh state, against one reference run.
-    session.poison(stream);
-    session.run(stream);
-    TEC_CLI_CUDA(cudaStreamSynchronize(stream));
-    reference::Session gpu_view(*plan, profile);
-    gpu_view.set_arena(session.download_arena(stream));
-    ref.run();
+    // 1. The whole graph from fresh state, against the reference running on its own.
     const double bound = output_bound(plan->recipe);
-    std::printf("\nverify against the CPU reference (same inputs, seed %llu):\n", static_cast<unsigned long long>(o.seed));
-    std::printf("  %-16s %14s %14s  %s\n", "output", "|out-ref|/|ref|", "max |out-ref|", "verdict");
+    std::printf("\nverify against the CPU reference (same inputs, seed %llu%s):\n", static_cast<unsigned long long>(o.seed),
+                verify_runs > 1 ? (", " + std::to_string(verify_runs) + " training steps, state carried over").c_str() : "");
+    std::printf("  %-4s %-28s %14s %14s  %s\n", "run", "tensor", "|out-ref|/|ref|", "max |out-ref|", "verdict");
     json outputs = json::array();
-    for (const auto& name : profile.outputs) {
-      const Compare c = compare(gpu_view.read(name), ref.read(name));
-      const bool ok = c.finite && c.rel <= bound;
-      if (!ok) exit_code = 1;
-      std::printf("  %-16s %14.3e %14.3e  %s (bound %.2g)\n", name.c_str(), c.rel, c.max_abs, ok ? "ok" : "FAIL", bound);
-      outputs.push_back({{"name", name}, {"rel_error", c.rel}, {"max_abs_error", c.max_abs}, {"bound", bound}, {"ok", ok}});
+    std::vector<std::string> compared = profile.outputs;
+    for (const auto& [name, t] : profile.tensors)  // a step's lasting results: masters, main_grad, moments
+      if (t.kind == "state" && t.proto.shape.numel() > 1) compared.push_back(name);
+    for (int run = 0; run < verify_runs; ++run) {
+      session.poison(stream);
+      session.run(stream);
+      TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+      reference::Session gpu_view(*plan, profile);
+      gpu_view.set_arena(session.download_arena(stream));
+      ref.run();
+      for (const auto& name : compared) {
+        const Compare c = compare(gpu_view.read(name), ref.read(name));
+        const bool ok = c.finite && c.rel <= bound;
+        if (!ok) exit_code = 1;
+        std::printf("  %-4d %-28s %14.3e %14.3e  %s (bound %.2g)\n", run, name.c_str(), c.rel, c.max_abs, ok ? "ok" : "FAIL", bound);
+        outputs.push_back(
+            {{"run", run}, {"name", name}, {"rel_error", c.rel}, {"max_abs_error", c.max_abs}, {"bound", bound}, {"ok", ok}});
+      }
     }
     // 2. Step by step: each step run on the CPU from the GPU's arena before it, and its
     // outputs compared byte for byte (kernel steps must match bit for bit).
@@ -172,61 +182,66 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
       if (b.region != "constants" && b.bytes > 0)
         session.upload(static_cast<int>(i), initial_arena.data() + b.offset, static_cast<size_t>(b.bytes), stream);
     }
-    session.poison(stream);
-    std::vector<uint8_t> before = session.download_arena(stream);
-    std::vector<std::vector<uint8_t>> before_step(profile.steps.size()), after_step(profile.steps.size());
-    session.run_eager(stream, [&](int step) {
-      TEC_CLI_CUDA(cudaStreamSynchronize(stream));
-      std::vector<uint8_t> now = session.download_arena(stream);
-      if (step >= 0) {
-        before_step[static_cast<size_t>(step)] = before;
-        after_step[static_cast<size_t>(step)] = now;
-      }
-      before = std::move(now);
-    });
-    std::printf("\n  %-4s %-26s %-7s %-16s %s\n", "step", "name", "kind", "tensor", "result");
     json steps = json::array();
-    for (size_t s = 0; s < profile.steps.size(); ++s) {
-      const plan::Step& step = profile.steps[s];
-      reference::Session cpu(*plan, profile);
-      cpu.set_arena(before_step[s]);
-      cpu.run_step(s);
-      reference::Session gpu(*plan, profile);
-      gpu.set_arena(after_step[s]);
-      for (const auto& op : step.ops)
-        for (const auto& name : op.outputs) {
-          const plan::Tensor& t = profile.tensors.at(name);
-          if (t.buffers.empty()) continue;
-          int64_t differing = 0, total = 0;
-          auto count = [&](int index, int64_t limit) {
-            const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
-            const int64_t n = std::min(b.bytes, limit);
-            for (int64_t k = 0; k < n; ++k)
-              differing += cpu.arena()[static_cast<size_t>(b.offset + k)] != after_step[s][static_cast<size_t>(b.offset + k)];
-            total += n;
-          };
-          for (const auto& [role, index] : t.buffers) count(index, INT64_MAX);
-          if (t.state.count("amax_history")) count(t.state.at("amax_history"), 4);  // the staged amax
-          const Compare c = compare(gpu.read(name), cpu.read(name));
-          const bool bitwise = differing == 0;
-          const bool must_match = step.kind == "kernel";
-          const bool ok = must_match ? bitwise : (c.finite && c.rel <= bound);
-          if (!ok) exit_code = 1;
-          char line[160];
-          std::snprintf(line, sizeof line, "%s (%lld of %lld bytes differ, rel %.2e)%s",
-                        bitwise ? "bit-identical" : must_match ? "MISMATCH" : "within bound", static_cast<long long>(differing),
-                        static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
-          std::printf("  %-4zu %-26s %-7s %-16s %s\n", s, step.name.c_str(), step.kind.c_str(), name.c_str(), line);
-          steps.push_back({{"step", step.name},
-                           {"kind", step.kind},
-                           {"tensor", name},
-                           {"quantized", t.proto.quantizer.has_value()},
-                           {"bytes_differing", differing},
-                           {"bytes", total},
-                           {"bit_identical", bitwise},
-                           {"rel_error", c.rel},
-                           {"ok", ok}});
+    for (int run = 0; run < verify_runs; ++run) {
+      session.poison(stream);
+      std::vector<uint8_t> before = session.download_arena(stream);
+      std::vector<std::vector<uint8_t>> before_step(profile.steps.size()), after_step(profile.steps.size());
+      session.run_eager(stream, [&](int step) {
+        TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+        std::vector<uint8_t> now = session.download_arena(stream);
+        if (step >= 0) {
+          before_step[static_cast<size_t>(step)] = before;
+          after_step[static_cast<size_t>(step)] = now;
         }
+        before = std::move(now);
+      });
+      if (verify_runs > 1) std::printf("\n  training step %d of %d, each step from the GPU's arena before it:", run + 1, verify_runs);
+      std::printf("\n  %-4s %-26s %-7s %-16s %s\n", "step", "name", "kind", "tensor", "result");
+      for (size_t s = 0; s < profile.steps.size(); ++s) {
+        const plan::Step& step = profile.steps[s];
+        if (before_step[s].empty()) continue;  // not in this run (a skipped weight workspace)
+        reference::Session cpu(*plan, profile);
+        cpu.set_arena(before_step[s]);
+        cpu.run_step(s);
+        reference::Session gpu(*plan, profile);
+        gpu.set_arena(after_step[s]);
+        for (const auto& op : step.ops)
+          for (const auto& name : op.outputs) {
+            const plan::Tensor& t = profile.tensors.at(name);
+            if (t.buffers.empty()) continue;
+            int64_t differing = 0, total = 0;
+            auto count = [&](int index, int64_t limit) {
+              const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
+              const int64_t n = std::min(b.bytes, limit);
+              for (int64_t k = 0; k < n; ++k)
+                differing += cpu.arena()[static_cast<size_t>(b.offset + k)] != after_step[s][static_cast<size_t>(b.offset + k)];
+              total += n;
+            };
+            for (const auto& [role, index] : t.buffers) count(index, INT64_MAX);
+            if (t.state.count("amax_history")) count(t.state.at("amax_history"), 4);  // the staged amax
+            const Compare c = compare(gpu.read(name), cpu.read(name));
+            const bool bitwise = differing == 0;
+            const bool must_match = step.kind == "kernel";
+            const bool ok = must_match ? bitwise : (c.finite && c.rel <= bound);
+            if (!ok) exit_code = 1;
+            char line[160];
+            std::snprintf(line, sizeof line, "%s (%lld of %lld bytes differ, rel %.2e)%s",
+                          bitwise ? "bit-identical" : must_match ? "MISMATCH" : "within bound", static_cast<long long>(differing),
+                          static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
+            std::printf("  %-4zu %-26s %-7s %-16s %s\n", s, step.name.c_str(), step.kind.c_str(), name.c_str(), line);
+            steps.push_back({{"run", run},
+                             {"step", step.name},
+                             {"kind", step.kind},
+                             {"tensor", name},
+                             {"quantized", t.proto.quantizer.has_value()},
+                             {"bytes_differing", differing},
+                             {"bytes", total},
+                             {"bit_identical", bitwise},
+                             {"rel_error", c.rel},
+                             {"ok", ok}});
+          }
+      }
     }
     report["verify"] = {{"outputs", outputs}, {"steps", steps}, {"ok", exit_code == 0}};
     std::printf("verify: %s\n", exit_code == 0 ? "PASS" : "FAIL");
@@ -241,7 +256,9 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
       if (op.op == "linear" && op.inputs.size() >= 2) {
         const Shape& x = profile.tensors.at(op.inputs[0]).proto.shape;
         const Shape& w = profile.tensors.at(op.inputs[1]).proto.shape;
-        flops += 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(w[0]);
+        // A backward op is one GEMM of the forward's size per gradient of x and W it makes.
+        const auto gemms = op.backward ? std::count_if(op.gradient_slots.begin(), op.gradient_slots.end(), [](int s) { return s < 2; }) : 1;
+        flops += 2.0 * static_cast<double>(gemms) * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(w[0]);
       }
   double io_bytes = static_cast<double>(session.constant_bytes());
   for (const auto& b : profile.buffers)
@@ -268,8 +285,15 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   std::printf("throughput at p50: %.1f TFLOP/s (%.3g GFLOP), %.0f GB/s of weights + I/O (%.3g MB)%s\n", tflops, flops / 1e9,
               gbps, io_bytes / 1e6, o.no_graph ? "" : "");
   if (!o.no_graph) std::printf("graph vs eager at p50: %.2fx\n", eager.p50 / graph.p50);
+  std::map<std::string, double> region_mib;
+  for (const auto& b : profile.buffers) region_mib[b.region] += static_cast<double>(b.bytes) / 1048576.0;
   std::printf("memory: arena %.2f MiB per session, constants %.2f MiB shared per device\n",
               static_cast<double>(session.arena_bytes()) / 1048576.0, static_cast<double>(session.constant_bytes()) / 1048576.0);
+  if (profile.train)
+    std::printf("  train plan: state %.2f MiB (masters, main_grad, moments), weight workspace %.2f MiB; saved tensors: te-compile's "
+                "summary\n",
+                region_mib["state"], region_mib["workspace"]);
+  report["region_mib"] = region_mib;
   report["iterations"] = o.iterations;
   report["warmup"] = o.warmup;
   report["rotate"] = o.rotate;
@@ -328,6 +352,17 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
                        {"ts", trace_run[i].second}, {"dur", st.p50}});
     }
     report["steps"] = per_step;
+    if (profile.train) {  // the step time split by phase
+      std::map<std::string, double> phase_us;
+      for (size_t i = 0; i < order.size(); ++i)
+        if (order[i] >= 0) phase_us[std::string(to_string(profile.steps[static_cast<size_t>(order[i])].phase))] += stats_of(step_us[order[i]]).p50;
+      if (o.profile) {
+        std::printf("per phase (sum of the step medians, us):");
+        for (const auto& [phase, us] : phase_us) std::printf("  %s %.1f", phase.c_str(), us);
+        std::printf("\n");
+      }
+      report["phases_us"] = phase_us;
+    }
     if (!o.trace_path.empty()) {
       const std::string text = json{{"traceEvents", trace}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
       plan::write_file_atomically(o.trace_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));

@@ -18,6 +18,7 @@ struct GpuRunOptions {
   int iterations = 100, warmup = 10;
   int rotate = 1;  // sessions timed in turn
   bool no_graph = false, verify_cpu = false, profile = false;
+  int verify_steps = 3;  // train plans: training steps --verify-cpu checks, state carried over
   std::string json_path, trace_path, save_dir;
 };
 

@@ -28,6 +28,8 @@ Examples:
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
   te-run train.teplan --backend cpu --iterations 3 --input dy=dy.npy  # three training steps (te-compile --mode train)
+  te-run train.teplan --verify-cpu --verify-steps 5       # five training steps on the GPU, each kernel step
+                                                          # checked bit for bit, state carried over
   te-run mlp.teplan --inspect                             # buffers, steps, launches, GEMMs and fusions
   TEC_DISABLE_EARLY_LAUNCH=1 te-run mlp.teplan            # every kernel launched after the previous one
                                                           # ends (default on Hopper: early launch, README)
@@ -168,6 +170,10 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-cpu", verify_cpu,
                "GPU: run the same inputs on the CPU reference; per output |out-ref|/|ref| and max error, per step "
                "whether its outputs match bit for bit (exit 1 on a mismatch)");
+  int verify_steps = 3;
+  app.add_option("--verify-steps", verify_steps,
+                 "GPU, train plans: training steps --verify-cpu runs on both backends, state carried over (default 3)")
+      ->check(CLI::Range(1, 100));
   app.add_flag("--profile", profile_steps, "GPU: per-step time table (eager, events after each step)");
   app.add_option("--json", json_path, "GPU: write the report (latency, throughput, verification) as JSON");
   app.add_option("--trace", trace_path, "GPU: write a Chrome trace of the steps (chrome://tracing, Perfetto)");
@@ -203,6 +209,7 @@ int main(int argc, char** argv) {
       o.rotate = rotate;
       o.no_graph = no_graph;
       o.verify_cpu = verify_cpu;
+      o.verify_steps = verify_steps;
       o.profile = profile_steps;
       o.json_path = json_path;
       o.trace_path = trace_path;

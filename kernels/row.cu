@@ -16,6 +16,12 @@
 // fp32 product with its epilogue in fp32: + bias (TEC_EPI_BIAS, a dtype code), activation
 // (TEC_ACT), + residual (TEC_EPI_RESIDUAL). Dequantize also takes fp8-static's scales: TEC_DQ
 // 6 one per row, 7 one per 1 x TEC_DQ_BLOCK block (row-major [M, K / TEC_DQ_BLOCK]).
+// The backward (train plans), each the CPU reference's float operations in its order: 16
+// dy * act'(x) (TEC_ACT picks act; x in slot 0, dy in slot 1), 17 the gated activations'
+// [da | db] (x = [a | b] in slot 0, dy in slot 1, TEC_HALF = the width of a), 18 the norms'
+// dx (x, gamma, dy in slots 0-2, mean (layernorm, TEC_HAS_MEAN) in slot 8, rsigma in slot 9).
+// TEC_SAVE_STATS (forward norms of train plans): the row's mean to slot 10 (layernorm) and
+// rsigma to slot 11, for the backward.
 // Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
 // Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 1 fp16, 2 fp32.
 // Outputs (TEC_OUT): 0 bf16, 1 fp16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
@@ -26,7 +32,8 @@
 // Arguments: one TecArgs by value, slots in this order:
 //   0 input (or quantized data), 1 gamma / second input / bias / dequant scale_inv,
 //   2 beta / dequant amax, 3 output data, 4 output scale_inv, 5 output amax (current scaling
-//   and NVFP4: the tensor's amax; delayed: amax_history[0]), 6 delayed scale, 7 rows (M).
+//   and NVFP4: the tensor's amax; delayed: amax_history[0]), 6 delayed scale, 7 rows (M),
+//   8-9 more inputs (the norms' backward), 10-11 more outputs (a norm's saved statistics).
 // TEC_AMAX_PARTIALS = P > 0 (current scaling): slot 5 holds P per-block amaxes instead of
 // one atomically maxed float; the amax pass writes its block's (block x * gridDim.y + y) and
 // the cast pass reduces all P. That needs no zeroed buffer, so no memset before the amax
@@ -35,7 +42,7 @@
 #include "tec_math.h"
 
 struct TecArgs {
-  unsigned long long slot[8];
+  unsigned long long slot[12];
 };
 
 #define TEC_WARPS (TEC_ROW_THREADS / 32)
@@ -68,6 +75,18 @@ __device__ __forceinline__ float tec_decode_fp8(u8 code) {
   return tec_e4m3_to_float(code);
 #else
   return tec_e5m2_to_float(code);
+#endif
+}
+
+__device__ __forceinline__ float tec_activation_derivative(float x) {
+#if TEC_ACT == 1
+  return tec_dgelu_tanh(x);
+#elif TEC_ACT == 2
+  return tec_dgelu_erf(x);
+#elif TEC_ACT == 3
+  return tec_drelu(x);
+#else
+  return tec_dsilu(x);
 #endif
 }
 
@@ -111,6 +130,7 @@ struct TecRow {
   i64 r;      // the row
   i64 rows;   // M
   float mean, rsigma;
+  float mean_g, mean_gx;  // the norms' backward: the row means of g = dy gamma and of g xhat
   const float* staged;  // norms: the input row in shared memory (nullptr: read it from global)
 };
 
@@ -147,6 +167,18 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #endif
 #elif TEC_PRODUCER == 4
   return tec_activation(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
+#elif TEC_PRODUCER == 16
+  return tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_N + i) * tec_activation_derivative(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
+#elif TEC_PRODUCER == 17
+  const i64 j = i < TEC_HALF ? i : i - TEC_HALF;
+  const float a = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + j);
+  const float g = tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_HALF + j);
+  if (i < TEC_HALF) return g * tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + TEC_HALF + j) * tec_activation_derivative(a);
+  return g * tec_activation(a);
+#elif TEC_PRODUCER == 18
+  const float xhat = (tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) - row.mean) * row.rsigma;
+  const float g = tec_load<TEC_PARAM_DTYPE>(in2, row.r * TEC_N + i) * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
+  return row.rsigma * (g - row.mean_g - xhat * row.mean_gx);
 #elif TEC_PRODUCER == 5
   return tec_activation(tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + i)) *
          tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + TEC_N + i);
@@ -249,6 +281,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   row.mean = 0.0f;
   row.rsigma = 1.0f;
   row.staged = nullptr;
+  row.mean_g = row.mean_gx = 0.0f;
   const int t = threadIdx.x;
 #if TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
   {
@@ -291,6 +324,40 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 #else
     row.rsigma = 1.0f / sqrtf(var / (float)TEC_N + TEC_EPS);
 #endif
+#if TEC_SAVE_STATS
+    if (t == 0) {
+#if TEC_PRODUCER == 2
+      ((float*)args.slot[10])[row.r] = row.mean;
+#endif
+      ((float*)args.slot[11])[row.r] = row.rsigma;
+    }
+#endif
+  }
+#endif
+
+#if TEC_PRODUCER == 18
+  {
+    // The row sums of g and g xhat in tec_row_sum_order, as backward_reference_norm adds them.
+#if TEC_HAS_MEAN
+    row.mean = ((const float*)args.slot[8])[row.r];
+#endif
+    row.rsigma = ((const float*)args.slot[9])[row.r];
+    const void* x = (const void*)args.slot[0];
+    const void* gamma = (const void*)args.slot[1];
+    const void* dy = (const void*)args.slot[2];
+    float sum_g = 0.0f, sum_gx = 0.0f;
+    for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) {
+      const float xhat = (tec_load<TEC_IN_DTYPE>(x, row.r * TEC_N + i) - row.mean) * row.rsigma;
+      const float g = tec_load<TEC_PARAM_DTYPE>(dy, row.r * TEC_N + i) * (tec_load<TEC_PARAM_DTYPE>(gamma, i) + TEC_GAMMA_OFFSET);
+      sum_g += g;
+      sum_gx += g * xhat;
+    }
+#if TEC_HAS_MEAN
+    row.mean_g = tec_block_sum(sum_g, scratch) / (float)TEC_N;
+#else
+    row.mean_g = 0.0f;
+#endif
+    row.mean_gx = tec_block_sum(sum_gx, scratch) / (float)TEC_N;
   }
 #endif
 

@@ -10,6 +10,7 @@
 #else
 #include <cmath>
 #include <cstring>
+#include <vector>
 #define TEC_HD inline
 #endif
 
@@ -248,6 +249,12 @@ TEC_HD bool tec_dropout_keep(unsigned long long seed, unsigned long long index, 
   return u >= p;
 }
 
+// Column sums over the rows of a [rows, cols] matrix (dbias, dgamma, dbeta) in the order the
+// GPU's two column kernels (kernels/column_sum.cu) add them: rows in chunks of
+// TEC_COLUMN_CHUNK_ROWS, each chunk summed top-down into a partial, then the partials top-down.
+// Deterministic, and parallel enough for the GPU: each chunk of each column is one thread.
+#define TEC_COLUMN_CHUNK_ROWS 64
+
 #if !defined(__CUDACC__)
 // The sum of x[0..n) in the order a TEC_ROW_THREADS block reduces it on the GPU: thread t
 // adds x[t], x[t + 256], ... left to right; each warp of 32 combines by halving offsets
@@ -266,5 +273,19 @@ float tec_row_sum_order(long long n, Get get) {
   for (int offset = TEC_ROW_THREADS / 64; offset > 0; offset /= 2)
     for (int t = 0; t < offset; ++t) warp[t] = warp[t] + warp[t + offset];
   return warp[0];
+}
+
+// out[c] = the sum over r of get(r, c), in the column kernels' order (TEC_COLUMN_CHUNK_ROWS).
+template <typename Get>
+void tec_column_sum_order(long long rows, long long cols, float* out, Get get) {
+  for (long long c = 0; c < cols; ++c) out[c] = 0.0f;
+  std::vector<float> partial(static_cast<size_t>(cols));
+  for (long long begin = 0; begin < rows; begin += TEC_COLUMN_CHUNK_ROWS) {
+    for (long long c = 0; c < cols; ++c) partial[c] = 0.0f;
+    const long long end = begin + TEC_COLUMN_CHUNK_ROWS < rows ? begin + TEC_COLUMN_CHUNK_ROWS : rows;
+    for (long long r = begin; r < end; ++r)
+      for (long long c = 0; c < cols; ++c) partial[c] += get(r, c);
+    for (long long c = 0; c < cols; ++c) out[c] += partial[c];
+  }
 }
 #endif

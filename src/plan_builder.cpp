@@ -168,8 +168,10 @@ json launches_manifest(const CompiledProfile& p) {
       case codegen::Launch::Kind::gemm: {
         const codegen::GemmLaunch& g = l.gemm;
         auto operand = [&](const codegen::GemmOperand& o) {
-          return json{{"buffer", ref(o.buffer)}, {"type", dtype_json(o.type)}, {"scale_inv", ref(o.scale_inv)},
-                      {"scale_mode", o.scale_mode}};
+          json operand_json{{"buffer", ref(o.buffer)}, {"type", dtype_json(o.type)}, {"scale_inv", ref(o.scale_inv)},
+                            {"scale_mode", o.scale_mode}};
+          if (o.transposed) operand_json["transposed"] = true;
+          return operand_json;
         };
         j["gemm"] = {{"m", g.m},
                      {"n", g.n},

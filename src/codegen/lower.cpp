@@ -9,6 +9,7 @@
 #include "mid_m_layout.h"
 #include "ops/common.h"
 #include "passes/memory_plan.h"
+#include "plan/plan.h"
 
 namespace tec::codegen {
 
@@ -60,9 +61,17 @@ std::string int_list(const std::vector<int64_t>& values) {
   return text;
 }
 
-std::string data(const Value& v) { return value_buffer_name(v.name, BufferRole::data); }
-std::string role(const Value& v, BufferRole r) { return value_buffer_name(v.name, r); }
 LaunchArg buf(std::string name) { return {LaunchArg::Kind::buffer, std::move(name), 0}; }
+
+// kernels/row.cu's activation codes (TEC_ACT), for an activation op or its backward.
+int activation_code(const Node& n) {
+  if (n.op == "gelu") return n.attrs.get_string("approximate", "tanh") == "tanh" ? 1 : 2;
+  if (n.op == "geglu") return 1;
+  if (n.op == "relu") return 3;
+  return 4;  // silu, swiglu
+}
+bool is_activation(const std::string& op) { return op == "gelu" || op == "relu" || op == "silu" || op == "swiglu" || op == "geglu"; }
+bool is_gated(const std::string& op) { return op == "swiglu" || op == "geglu"; }
 
 class StepLowering {
  public:
@@ -79,10 +88,17 @@ class StepLowering {
   }
 
  private:
+  // A value's buffers; an in-place update (autodiff's SSA versions of state) lives in its
+  // state value's.
+  const Value& stored(const Value& v) const { return v.storage ? g_.value(*v.storage) : v; }
+  std::string data(const Value& v) const { return value_buffer_name(stored(v).name, BufferRole::data); }
+  std::string role(const Value& v, BufferRole r) const { return value_buffer_name(stored(v).name, r); }
+
   // Row kernel producer: its defines and its input slots 0-2.
   struct Producer {
     std::vector<std::string> defines;
     std::array<LaunchArg, 3> inputs;
+    std::array<LaunchArg, 4> more;  // slots 8-11: the norms' backward inputs, their saved statistics
     bool per_element = true;  // false for norms: an element needs its row's statistics
     int64_t rows = 0, cols = 0;  // the output's [rows, cols] view when not the value's own (reductions)
   };
@@ -121,12 +137,22 @@ class StepLowering {
   void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr) {
     const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows();
     const int64_t cols = producer.cols ? producer.cols : v.proto.shape.cols();
-    if (v.proto.usage.columnwise)
-      throw NotLowered{"'" + v.name + "' needs a columnwise copy (training); the GPU row kernel writes rowwise only so far"};
+    // A columnwise copy (training: wgrad's x and dy, dgrad's W) of a per-tensor FP8 tensor is
+    // its rowwise codes transposed (LAYOUTS.md 1.1), made by a transpose kernel afterwards.
+    const bool transposed_copy = v.proto.quantizer && v.proto.usage.columnwise;
+    if (transposed_copy) {
+      const QuantizerKind kind = v.proto.quantizer->kind;
+      if (kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed)
+        throw NotLowered{"'" + v.name + "' needs a columnwise " + std::string(tec::to_string(kind)) +
+                         " copy (training); the GPU makes columnwise copies of per-tensor FP8 (fp8-current, fp8-delayed) only so "
+                         "far, the other recipes train on the CPU reference"};
+      if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise FP8 copy without a rowwise one"};
+    }
     std::vector<std::string> defines = producer.defines;
     defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
-    std::array<LaunchArg, 8> slots{};
+    std::array<LaunchArg, 12> slots{};
     for (size_t i = 0; i < 3; ++i) slots[i] = producer.inputs[i];
+    for (size_t i = 0; i < 4; ++i) slots[8 + i] = producer.more[i];
     slots[7] = {LaunchArg::Kind::value, "", rows};
     std::vector<int> passes{0};
     // Per-tensor outputs can split a row across blocks; block-scaled ones keep a row per block.
@@ -205,6 +231,64 @@ class StepLowering {
       d.push_back("TEC_PASS=" + std::to_string(pass));
       push_row_launch(std::move(d), slots, rows, cols, split_rows ? row_chunks(rows, cols) : 1);
     }
+    if (transposed_copy) push_transpose(data(v), role(v, BufferRole::columnwise_data), rows, cols);
+  }
+
+  void push_transpose(const std::string& from, const std::string& to, int64_t rows, int64_t cols) {
+    constexpr int64_t kTile = 64;  // TEC_TILE in kernels/transpose.cu
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"transpose.cu", {"TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL"}, ""});
+    l.entry = "tec_transpose_u8";
+    l.grid = {(cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile, 1};
+    l.block = {256, 1, 1};
+    l.early_launch = true;
+    l.args = {buf(from), buf(to)};
+    out_.push_back(std::move(l));
+  }
+
+  // Column sums over `rows` rows of dy [rows, cols] (kernels/column_sum.cu): a linear's dbias
+  // into `sums`, or with the norm's x, mean and rsigma its dgamma into `sums` and (layernorm)
+  // dbeta into `dy_sums`. Partials per chunk of rows, then their sums, in the order the CPU
+  // reference adds them (tec_column_sum_order).
+  void push_column_sums(const Value& dy, int64_t rows, int64_t cols, const Value* x, const Value* mean, const Value* rsigma,
+                        const Value* sums, const Value* dy_sums) {
+    constexpr int64_t kChunkRows = 64, kThreads = 256;  // TEC_COLUMN_CHUNK_ROWS in kernels/tec_math.h
+    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows, column_blocks = (cols + kThreads - 1) / kThreads;
+    std::vector<std::string> defines = {"TEC_COLUMN=" + std::string(x ? "2" : "1"), "TEC_N=" + std::to_string(cols) + "LL",
+                                        "TEC_ROWS=" + std::to_string(rows) + "LL",
+                                        "TEC_IN_DTYPE=" + std::to_string(dtype_code(dy.proto.dtype, "gradient '" + dy.name + "'")),
+                                        "TEC_HAS_MEAN=" + std::string(mean ? "1" : "0")};
+    if (x) defines.push_back("TEC_X_DTYPE=" + std::to_string(dtype_code(x->proto.dtype, "input '" + x->name + "'")));
+    for (const Value* v : {&dy, x, mean, rsigma})
+      if (v && v->proto.quantizer) throw NotLowered{"the column sums of step '" + step_.name + "' read quantized '" + v->name + "'"};
+    const std::string partials = add_workspace(dy.name + ".column_partials", TensorProto::dense(Shape{chunks, cols}, DType::fp32));
+    const std::string dy_partials =
+        mean ? add_workspace(dy.name + ".column_partials_dy", TensorProto::dense(Shape{chunks, cols}, DType::fp32)) : "";
+    auto opt = [&](const Value* v) { return v ? buf(data(*v)) : LaunchArg{}; };
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"column_sum.cu", defines, ""});
+    l.entry = "tec_column_partials";
+    l.grid = {column_blocks, chunks, 1};
+    l.block = {kThreads, 1, 1};
+    l.early_launch = true;
+    l.args = {buf(data(dy)), opt(x), opt(mean), opt(rsigma), buf(partials), dy_partials.empty() ? LaunchArg{} : buf(dy_partials)};
+    out_.push_back(l);
+    for (const auto& [out, from] : {std::pair{sums, partials}, std::pair{dy_sums, dy_partials}}) {
+      if (!out) continue;
+      if (out->proto.quantizer) throw NotLowered{"column sum '" + out->name + "' is quantized"};
+      std::vector<std::string> d = defines;
+      d.push_back("TEC_OUT=" + std::to_string(dtype_code(out->proto.dtype, "'" + out->name + "'")));
+      Launch f = l;
+      f.module = modules_.add(KernelRequest{"column_sum.cu", std::move(d), ""});
+      f.entry = "tec_column_finish";
+      f.grid = {column_blocks, 1, 1};
+      f.args = {buf(from), buf(data(*out))};
+      out_.push_back(std::move(f));
+    }
   }
 
   // Blocks per row for per-element producers: with few rows (T=16) one block per row left
@@ -217,7 +301,7 @@ class StepLowering {
   }
 
   // chunks > 1: grid (rows, chunks), block y covers columns [y * chunk, (y + 1) * chunk).
-  void push_row_launch(std::vector<std::string> defines, const std::array<LaunchArg, 8>& slots, int64_t rows,
+  void push_row_launch(std::vector<std::string> defines, const std::array<LaunchArg, 12>& slots, int64_t rows,
                        int64_t cols, int64_t chunks) {
     const int64_t chunk = (cols + chunks - 1) / chunks;
     if (chunks > 1) defines.push_back("TEC_CHUNK=" + std::to_string(chunk) + "LL");
@@ -252,7 +336,7 @@ class StepLowering {
     defines.push_back("TEC_PASS=0");
     push_row_launch(std::move(defines),
                     {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
-                     LaunchArg{LaunchArg::Kind::value, "", rows}},
+                     LaunchArg{LaunchArg::Kind::value, "", rows}, {}, {}, {}, {}},
                     rows, cols, producer.per_element ? row_chunks(rows, cols) : 1);
   }
 
@@ -285,6 +369,8 @@ class StepLowering {
 
   void lower_kernel() {
     const Node& first = node(0);
+    if (first.computes_backward) return lower_backward_kernel(first);
+    if (first.op == "adamw") return lower_adamw(first);
     if (step_.nodes.size() > 2 || (step_.nodes.size() == 2 && node(1).op != "quantize"))
       throw NotLowered{"step '" + step_.name + "' chains ops the row kernel does not fuse yet"};
     const Value& out = output(g_.node(step_.nodes.back()));
@@ -302,13 +388,13 @@ class StepLowering {
                    "TEC_GAMMA_OFFSET=" + std::string(first.attrs.get_bool("zero_centered_gamma", false) ? "1.0f" : "0.0f")};
       p.inputs = {buf(data(x)), buf(data(input(first, 1))), ln ? buf(data(input(first, 2))) : LaunchArg{}};
       p.per_element = false;
-    } else if (op == "gelu" || op == "relu" || op == "silu" || op == "swiglu" || op == "geglu") {
-      int act = 4;
-      if (op == "gelu") act = first.attrs.get_string("approximate", "tanh") == "tanh" ? 1 : 2;
-      if (op == "geglu") act = 1;
-      if (op == "relu") act = 3;
-      const bool gated = op == "swiglu" || op == "geglu";
-      p.defines = {gated ? "TEC_PRODUCER=5" : "TEC_PRODUCER=4", in_dtype(), "TEC_ACT=" + std::to_string(act)};
+      if (first.outputs.size() > 1) {  // a train plan's forward: the row statistics its backward reads
+        p.defines.push_back("TEC_SAVE_STATS=1");
+        if (ln) p.more[2] = buf(data(g_.value(first.outputs.at(1))));
+        p.more[3] = buf(data(g_.value(first.outputs.at(ln ? 2 : 1))));
+      }
+    } else if (is_activation(op)) {
+      p.defines = {is_gated(op) ? "TEC_PRODUCER=5" : "TEC_PRODUCER=4", in_dtype(), "TEC_ACT=" + std::to_string(activation_code(first))};
       p.inputs = {buf(data(x)), {}, {}};
     } else if (op == "add") {
       if (input(first, 1).proto.shape != x.proto.shape) throw NotLowered{"add '" + first.name + "' broadcasts"};
@@ -349,6 +435,112 @@ class StepLowering {
       throw NotLowered{"op '" + op + "' (node '" + first.name + "') has no GPU kernel yet"};
     }
     emit_row(p, out);
+  }
+
+  // A backward node (train plans): its outputs are the gradients of the forward input slots in
+  // gradient_slots, one each; its inputs the saved tensors, then the output gradients.
+  void lower_backward_kernel(const Node& n) {
+    // The fusion pass may append the quantize of the gradient the node makes (in the recipe's
+    // gradient format, for the next linear's backward): the kernel writes it quantized.
+    const Node* quantize = step_.nodes.size() == 2 && node(1).op == "quantize" ? &node(1) : nullptr;
+    if (step_.nodes.size() != 1 && !quantize)
+      throw NotLowered{"step '" + step_.name + "' fuses backward node '" + n.name + "' with others; the GPU lowers it alone"};
+    auto grad_of = [&](int slot) -> const Value* {
+      for (size_t i = 0; i < n.gradient_slots.size(); ++i)
+        if (n.gradient_slots[i] == slot) {
+          if (quantize && quantize->inputs.at(0) == n.outputs.at(i)) return &output(*quantize);
+          return &g_.value(n.outputs.at(i));
+        }
+      return nullptr;
+    };
+    auto unquantized = [&](const Value& v) -> const Value& {
+      if (v.proto.quantizer) throw NotLowered{"backward node '" + n.name + "' reads quantized '" + v.name + "'"};
+      return v;
+    };
+    auto dtype_define = [&](const char* key, const Value& v) {
+      return std::string(key) + "=" + std::to_string(dtype_code(v.proto.dtype, "'" + v.name + "'"));
+    };
+    if (is_activation(n.op)) {
+      const Value& x = unquantized(input(n, 0));
+      const Value& dy = unquantized(input(n, 1));
+      const Value* dx = grad_of(0);
+      if (!dx) return;
+      Producer p;
+      p.defines = {is_gated(n.op) ? "TEC_PRODUCER=17" : "TEC_PRODUCER=16", dtype_define("TEC_IN_DTYPE", x),
+                   dtype_define("TEC_PARAM_DTYPE", dy), "TEC_ACT=" + std::to_string(activation_code(n))};
+      if (is_gated(n.op)) p.defines.push_back("TEC_HALF=" + std::to_string(x.proto.shape.cols() / 2) + "LL");
+      p.inputs = {buf(data(x)), buf(data(dy)), {}};
+      return emit_row(p, *dx);
+    }
+    if (n.op == "layernorm" || n.op == "rmsnorm") {
+      const bool ln = n.op == "layernorm";
+      const Value& x = unquantized(input(n, 0));
+      const Value& gamma = unquantized(input(n, 1));
+      const Value* mean = ln ? &unquantized(input(n, 2)) : nullptr;
+      const Value& rsigma = unquantized(input(n, ln ? 3 : 2));
+      const Value& dy = unquantized(input(n, ln ? 4 : 3));
+      if (const Value* dx = grad_of(0)) {
+        if (gamma.proto.dtype != dy.proto.dtype)
+          throw NotLowered{"norm backward '" + n.name + "': gamma '" + gamma.name + "' and the gradient differ in dtype"};
+        Producer p;
+        p.defines = {"TEC_PRODUCER=18", dtype_define("TEC_IN_DTYPE", x), dtype_define("TEC_PARAM_DTYPE", dy),
+                     "TEC_HAS_MEAN=" + std::string(ln ? "1" : "0"),
+                     "TEC_GAMMA_OFFSET=" + std::string(n.attrs.get_bool("zero_centered_gamma", false) ? "1.0f" : "0.0f")};
+        p.inputs = {buf(data(x)), buf(data(gamma)), buf(data(dy))};
+        p.more = {mean ? buf(data(*mean)) : LaunchArg{}, buf(data(rsigma)), {}, {}};
+        p.per_element = false;
+        emit_row(p, *dx);
+      }
+      const Value* dgamma = grad_of(1);
+      const Value* dbeta = ln ? grad_of(2) : nullptr;
+      if (dgamma || dbeta) push_column_sums(dy, x.proto.shape.rows(), x.proto.shape.cols(), &x, mean, &rsigma, dgamma, dbeta);
+      return;
+    }
+    throw NotLowered{"the backward of op '" + n.op + "' (node '" + n.name + "') has no GPU kernel yet"};
+  }
+
+  // AdamW over every parameter (kernels/adamw.cu): a one-thread launch that advances the step
+  // and computes the coefficients, then launches of up to kAdamwParams parameters each.
+  void lower_adamw(const Node& n) {
+    constexpr size_t kScalars = 6, kPerParameter = 4;  // reference_adamw's inputs (src/ops/optimizer.cpp)
+    constexpr size_t kAdamwParams = (plan::kMaxKernelArgs - 1) / kPerParameter;
+    if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses adamw with other nodes"};
+    const std::string coefficients = add_workspace("adamw.coefficients", TensorProto::dense(Shape{8}, DType::fp32));
+    std::vector<std::vector<size_t>> groups;
+    for (size_t p = kScalars; p + kPerParameter <= n.inputs.size(); p += kPerParameter) {
+      if (groups.empty() || groups.back().size() == kAdamwParams) groups.emplace_back();
+      groups.back().push_back(p);
+    }
+    auto module_of = [&](const std::vector<size_t>& group) {
+      std::vector<int64_t> numel;
+      for (size_t p : group) numel.push_back(input(n, p).proto.shape.numel());
+      return modules_.add(KernelRequest{"adamw.cu", {"TEC_ADAMW_NUMEL=" + int_list(numel)}, ""});
+    };
+    Launch prepare;
+    prepare.kind = Launch::Kind::kernel;
+    prepare.step = index_;
+    prepare.module = module_of(groups.at(0));
+    prepare.entry = "tec_adamw_prepare";
+    prepare.block = {32, 1, 1};
+    prepare.early_launch = true;
+    for (size_t i = 0; i < kScalars; ++i) prepare.args.push_back(buf(data(input(n, i))));
+    prepare.args.push_back(buf(coefficients));
+    out_.push_back(prepare);
+    for (const std::vector<size_t>& group : groups) {
+      Launch l = prepare;
+      l.module = module_of(group);
+      l.entry = "tec_adamw";
+      int64_t most = 0;
+      l.args = {buf(coefficients)};
+      for (size_t p : group) {
+        most = std::max(most, input(n, p).proto.shape.numel());
+        for (size_t j = 0; j < kPerParameter; ++j) l.args.push_back(buf(data(input(n, p + j))));
+      }
+      // Four elements per thread at least, at most 1024 blocks per parameter.
+      l.grid = {std::clamp<int64_t>((most + 1023) / 1024, 1, 1024), static_cast<int64_t>(group.size()), 1};
+      l.block = {256, 1, 1};
+      out_.push_back(std::move(l));
+    }
   }
 
   // binary's operands broadcast to the output as numpy does: each gets element strides over the
@@ -405,8 +597,94 @@ class StepLowering {
     return r;
   }
 
+  // A linear's backward: dgrad dx = dy W and wgrad dW = dy^T x as TN cuBLASLt GEMMs (FP8
+  // operands from the columnwise copies; 16-bit ones read transposed), wgrad added into the
+  // fp32 main_grad with beta = 1 when the step fuses that add, dbias by the column kernels.
+  void lower_backward_linear(const Node& n) {
+    if (n.attrs.get_string("tp_mode", "none") != "none")
+      throw NotLowered{"tensor-parallel linear '" + n.name + "' needs the NCCL runtime (planned)"};
+    const Value& x = input(n, 0);
+    const Value& w = input(n, 1);
+    const Value& dy_rows = input(n, 2);
+    const Value& dy_cols = input(n, 3);
+    auto grad_of = [&](int slot) -> const Value* {
+      for (size_t i = 0; i < n.gradient_slots.size(); ++i)
+        if (n.gradient_slots[i] == slot) return &g_.value(n.outputs.at(i));
+      return nullptr;
+    };
+    const Value* dx = grad_of(0);
+    const Value* dw = grad_of(1);
+    const Value* db = grad_of(2);
+    // wgrad's add into main_grad, when the step fuses it: D is main_grad's new version, C the old.
+    const Value* accumulated = nullptr;
+    const Value* main_grad = nullptr;
+    for (size_t i = 1; i < step_.nodes.size(); ++i) {
+      const Node& add = node(i);
+      const int from_gemm = dw && add.op == "add" ? (g_.value(add.inputs.at(0)).name == dw->name ? 0 : g_.value(add.inputs.at(1)).name == dw->name ? 1 : -1) : -1;
+      if (from_gemm < 0 || accumulated)
+        throw NotLowered{"step '" + step_.name + "' fuses node '" + add.name + "' into a backward GEMM; the GPU fuses only wgrad's add into main_grad"};
+      accumulated = &output(add);
+      main_grad = &input(add, static_cast<size_t>(1 - from_gemm));
+    }
+    const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
+    for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
+      if (v->proto.quantizer && !fp8_per_tensor(*v))
+        throw NotLowered{"backward of linear '" + n.name + "' reads " + v->proto.quantizer->str() + " '" + v->name +
+                         "'; the GPU's backward GEMMs take per-tensor FP8 or 16-bit operands so far"};
+    // The operand whose [rows, k] matrix is `v` transposed: an FP8 tensor's columnwise copy, a
+    // 16-bit one read transposed.
+    auto transposed = [&](const Value& v) -> GemmOperand {
+      if (v.proto.quantizer) return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), "tensor", false};
+      return {data(v), v.proto.dtype, "", "none", true};
+    };
+    auto as_is = [&](const Value& v) -> GemmOperand {
+      if (v.proto.quantizer) return {data(v), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), "tensor", false};
+      return {data(v), v.proto.dtype, "", "none", false};
+    };
+    auto check_types = [&](const GemmLaunch& gemm) {
+      if (is_float8(gemm.a.type) != is_float8(gemm.b.type) || (!is_float8(gemm.a.type) && gemm.a.type != gemm.b.type))
+        throw NotLowered{"backward of linear '" + n.name + "' multiplies " + std::string(tec::to_string(gemm.a.type)) + " by " +
+                         std::string(tec::to_string(gemm.b.type)) + "; cuBLASLt takes FP8 with FP8 or one 16-bit type"};
+    };
+    if (dx) {  // dgrad: dx[T, K] = dy[T, N] W[N, K], i.e. A = W^T [K, N], B = dy [T, N]
+      if (dx->proto.quantizer) throw NotLowered{"dgrad output '" + dx->name + "' is quantized"};
+      GemmLaunch gemm;
+      gemm.m = tokens;
+      gemm.n = in_features;
+      gemm.k = out_features;
+      gemm.a = transposed(w);
+      gemm.b = as_is(dy_rows);
+      gemm.d = data(*dx);
+      gemm.d_type = dx->proto.dtype;
+      check_types(gemm);
+      push_gemm(gemm);
+    }
+    if (dw) {  // wgrad: dW[N, K] = dy^T[N, T] x[T, K], i.e. A = x^T [K, T], B = dy^T [N, T]
+      GemmLaunch gemm;
+      gemm.m = out_features;
+      gemm.n = in_features;
+      gemm.k = tokens;
+      gemm.a = transposed(x);
+      gemm.b = transposed(dy_cols);
+      const Value& d = accumulated ? *accumulated : *dw;
+      if (d.proto.quantizer) throw NotLowered{"wgrad output '" + d.name + "' is quantized"};
+      gemm.d = data(d);
+      gemm.d_type = d.proto.dtype;
+      if (main_grad) {
+        if (main_grad->proto.dtype != d.proto.dtype)
+          throw NotLowered{"'" + main_grad->name + "' and '" + d.name + "' differ in dtype"};
+        gemm.c = data(*main_grad);
+        step_.fusions.push_back("gpu: wgrad of '" + n.name + "' added into '" + main_grad->name + "' by the GEMM (C = D, beta = 1)");
+      }
+      check_types(gemm);
+      push_gemm(gemm);
+    }
+    if (db) push_column_sums(input(n, 4), tokens, out_features, nullptr, nullptr, nullptr, db, nullptr);
+  }
+
   void lower_gemm() {
     const Node& linear = node(0);
+    if (linear.computes_backward) return lower_backward_linear(linear);
     if (linear.attrs.get_string("tp_mode", "none") != "none")
       throw NotLowered{"tensor-parallel linear '" + linear.name + "' needs the NCCL runtime (planned)"};
     const Value& x = input(linear, 0);
@@ -750,12 +1028,6 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
-  if (g.mode == Mode::train) {
-    result.supported = false;
-    result.reason = "train plans run on the CPU reference executor for now (te-run --backend cpu); the GPU lowering of the "
-                    "backward and the optimizer is planned";
-    return result;
-  }
   bool any_delayed = false;
   for (const Value& v : g.values)
     if (v.kind != ValueKind::weight && v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_delayed)

@@ -27,10 +27,14 @@ struct GemmOperand {
   DType type = DType::bf16;
   std::string scale_inv;   // "" when unscaled
   std::string scale_mode;  // none, tensor, vec128 (1x128), blk128x128
+  // The buffer holds the operand's transpose, row-major: a 16-bit backward GEMM reads dy, x
+  // and W as they are (cuBLASLt transposes 16-bit operands itself; FP8 ones must be TN on
+  // Hopper, so FP8 backward GEMMs read columnwise copies instead).
+  bool transposed = false;
 };
 
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias) (act) (+ beta C), as a TN cuBLASLt matmul with
-// A = w and B = x.
+// A = w and B = x (NN / TT where an operand is stored transposed).
 struct GemmLaunch {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;

@@ -85,13 +85,12 @@ std::vector<HostTensor> reference_l2norm(const Attributes& attrs, const std::vec
   return {std::move(out), std::move(rnorms)};
 }
 
-// in: dy. dx = dy, db = the column sums of dy in row order.
+// in: dy. dx = dy, db = the column sums of dy (tec_column_sum_order).
 std::vector<HostTensor> backward_bias(const Attributes&, const std::vector<HostTensor>& in) {
   const HostTensor& dy = in[0];
   const int64_t m = dy.shape.rows(), k = dy.shape.cols();
-  HostTensor db{Shape{k}, std::vector<float>(static_cast<size_t>(k), 0.0f)};
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t i = 0; i < k; ++i) db.values[static_cast<size_t>(i)] += dy.values[static_cast<size_t>(r * k + i)];
+  HostTensor db{Shape{k}, std::vector<float>(static_cast<size_t>(k))};
+  tec_column_sum_order(m, k, db.values.data(), [&](int64_t r, int64_t i) { return dy.values[static_cast<size_t>(r * k + i)]; });
   return {dy, std::move(db)};
 }
 

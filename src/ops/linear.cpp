@@ -5,6 +5,7 @@
 
 #include "core/parallel.h"
 #include "ops/common.h"
+#include "tec_math.h"
 
 namespace tec {
 
@@ -142,7 +143,7 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
 
 // in: x (columnwise copy), W (columnwise copy), dy quantized rowwise, dy quantized
 // columnwise, [dy]. dx = dy W, dW = dy^T x, db = the column sums of dy; every sum in fp32,
-// in index order.
+// the GEMMs' in index order, db's in the GPU column kernels' (tec_column_sum_order).
 std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const LinearConfig c(attrs);
   require_one_rank(c);
@@ -183,9 +184,8 @@ std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const
   std::vector<HostTensor> grads{std::move(dx), std::move(dw)};
   if (c.bias) {
     const HostTensor& dy = in[4];
-    HostTensor db{Shape{n}, std::vector<float>(static_cast<size_t>(n), 0.0f)};
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t j = 0; j < n; ++j) db.values[static_cast<size_t>(j)] += dy.values[static_cast<size_t>(r * n + j)];
+    HostTensor db{Shape{n}, std::vector<float>(static_cast<size_t>(n))};
+    tec_column_sum_order(m, n, db.values.data(), [&](int64_t r, int64_t j) { return dy.values[static_cast<size_t>(r * n + j)]; });
     grads.push_back(std::move(db));
   }
   return grads;

@@ -75,8 +75,8 @@ std::vector<HostTensor> reference_norm(const Attributes& attrs, const std::vecto
 
 // in: x, gamma, [mean], rsigma, dy. With xhat = (x - mean) rsigma and g = dy * gamma:
 // dx = rsigma (g - mean(g) - xhat mean(g xhat)) (rmsnorm: no mean(g) term), dgamma = sum over
-// rows of dy xhat, dbeta = sum of dy. Row means in the row kernel's order, column sums in
-// row order, all in fp32.
+// rows of dy xhat, dbeta = sum of dy. Row means in the row kernel's order, column sums in the
+// column kernels' (tec_column_sum_order), all in fp32.
 std::vector<HostTensor> backward_reference_norm(const Attributes& attrs, const std::vector<HostTensor>& in, bool layernorm) {
   const HostTensor& x = in[0];
   const HostTensor& gamma = in[1];
@@ -95,8 +95,6 @@ std::vector<HostTensor> backward_reference_norm(const Attributes& attrs, const s
       const auto e = static_cast<size_t>(r * k + i);
       xhat[static_cast<size_t>(i)] = (x.values[e] - mean) * rsigma;
       g[static_cast<size_t>(i)] = dy.values[e] * (gamma.values[static_cast<size_t>(i)] + gamma_offset);
-      dgamma.values[static_cast<size_t>(i)] += dy.values[e] * xhat[static_cast<size_t>(i)];
-      dbeta.values[static_cast<size_t>(i)] += dy.values[e];
     }
     const float mean_g = layernorm ? tec_row_sum_order(k, [&](int64_t i) { return g[static_cast<size_t>(i)]; }) / static_cast<float>(k) : 0.0f;
     const float mean_gx =
@@ -105,6 +103,15 @@ std::vector<HostTensor> backward_reference_norm(const Attributes& attrs, const s
       dx.values[static_cast<size_t>(r * k + i)] =
           rsigma * (g[static_cast<size_t>(i)] - mean_g - xhat[static_cast<size_t>(i)] * mean_gx);
   }
+  // dgamma's xhat as above, recomputed: the same float operations give the same bits.
+  const float* means = layernorm ? in[2].values.data() : nullptr;
+  tec_column_sum_order(m, k, dgamma.values.data(), [&](int64_t r, int64_t i) {
+    const auto e = static_cast<size_t>(r * k + i);
+    const float mean = means ? means[r] : 0.0f;
+    return dy.values[e] * ((x.values[e] - mean) * rsigmas.values[static_cast<size_t>(r)]);
+  });
+  if (layernorm)
+    tec_column_sum_order(m, k, dbeta.values.data(), [&](int64_t r, int64_t i) { return dy.values[static_cast<size_t>(r * k + i)]; });
   if (layernorm) return {std::move(dx), std::move(dgamma), std::move(dbeta)};
   return {std::move(dx), std::move(dgamma)};
 }

@@ -247,7 +247,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     l.shared_bytes = r.optional_integer("shared_bytes", 0, kMaxDynamicSharedBytes);
     l.early_launch = r.optional_boolean("early_launch");
     const json& args = r.array("args");
-    TEC_USER_CHECK(args.size() <= 16, r.ctx("args")) << "at most 16 kernel argument slots";
+    TEC_USER_CHECK(args.size() <= kMaxKernelArgs, r.ctx("args")) << "at most " << kMaxKernelArgs << " kernel argument slots";
     for (const auto& a : args) {
       KernelArg arg;
       if (a.is_object() && a.contains("buffer")) {
@@ -278,6 +278,8 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     op.type = o.dtype("type");
     op.scale_inv = ref(o.field("scale_inv"), key, false);
     op.scale_mode = o.str("scale_mode");
+    op.transposed = o.optional_boolean("transposed");
+    TEC_USER_CHECK(!op.transposed || !is_float8(op.type), r.ctx(key)) << "FP8 GEMM operands cannot be transposed on sm_90 (TN only)";
     TEC_USER_CHECK(op.scale_mode == "none" || op.scale_mode == "tensor" || op.scale_mode == "vec128" ||
                        op.scale_mode == "blk128x128",
                    r.ctx(key))

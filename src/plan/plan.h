@@ -68,6 +68,7 @@ struct GemmOperand {
   DType type = DType::bf16;
   int scale_inv = -1;
   std::string scale_mode;  // none, tensor, vec128, blk128x128
+  bool transposed = false;  // the buffer holds the operand's transpose, row-major
 };
 
 struct Gemm {
@@ -87,6 +88,10 @@ struct Gemm {
   std::vector<uint8_t> algo;  // cublasLtMatmulAlgo_t, 64 bytes
   std::string algo_cublaslt, algo_gpu;
 };
+
+// Argument slots of one kernel launch: the runtime passes them as one struct of 64-bit words
+// (kernels/adamw.cu takes the most, four per parameter).
+inline constexpr size_t kMaxKernelArgs = 64;
 
 struct KernelArg {
   enum class Kind : uint8_t { none, buffer, value } kind = Kind::none;

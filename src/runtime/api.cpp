@@ -260,6 +260,7 @@ Status Session::set_state(const std::vector<uint8_t>& bytes) {
     for (const auto& [index, data] : writes) impl_->write(index, data);
     // Restored masters: the next run remakes the weights' copies from them.
     if (impl_->cpu) impl_->cpu->remake_weight_workspace();
+    else impl_->gpu->remake_weight_workspace(nullptr);
     return Status{};
   });
 }
@@ -278,7 +279,8 @@ Status Session::set_scalar(const std::string& name, double value) {
            }());
     const auto f = static_cast<float>(value);
     TEC_USAGE_CHECK(std::isfinite(f), ctx) << "runtime scalar '" << name << "' must be a finite float, got " << value;
-    impl_->write(p.tensors.at(name).buffers.at(BufferRole::data), &f);
+    if (impl_->gpu) impl_->gpu->set_scalar(name, f, nullptr);
+    else impl_->write(p.tensors.at(name).buffers.at(BufferRole::data), &f);
     return Status{};
   });
 }

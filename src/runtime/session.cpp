@@ -130,7 +130,7 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 // The kernel-argument struct of kernels/row.cu (TecArgs) and of the delayed-scaling table.
 struct KernelSlots {
-  unsigned long long slot[16];
+  unsigned long long slot[plan::kMaxKernelArgs];
 };
 struct DelayedEntry {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
   float* history;
@@ -286,12 +286,20 @@ struct Session::Impl {
   std::vector<std::string> where;          // per launch: the step it belongs to, for errors
   bool early_launch = false;               // programmatic dependent launch for kernels that allow it
   cudaStream_t capture_stream = nullptr;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
+  struct Graph {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+  };
+  std::map<Selection, Graph> graphs;  // one per selection of launches, captured on first use
+  // Train plans: the host's copies of the scalars that select a run's steps.
+  bool workspace_stale = true;  // no run has made the weights' copies yet, or state was restored
+  std::map<std::string, float> selecting_scalars;  // first_microbatch, forward_only, where the plan has them
 
   ~Impl() {
-    if (exec) cudaGraphExecDestroy(exec);
-    if (graph) cudaGraphDestroy(graph);
+    for (auto& [selection, g] : graphs) {
+      if (g.exec) cudaGraphExecDestroy(g.exec);
+      if (g.graph) cudaGraphDestroy(g.graph);
+    }
     if (capture_stream) cudaStreamDestroy(capture_stream);
     for (GemmState& g : gemms) {
       if (g.desc) cublasLtMatmulDescDestroy(g.desc);
@@ -359,6 +367,20 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     e.most_recent = q.amax_algo == AmaxAlgo::most_recent ? 1 : 0;
     table.push_back(e);
   }
+  // Train plans: masters and hyperparameters start from the plan's constants.
+  for (const auto& [name, t] : profile_.tensors) {
+    const auto init = t.state.find("init");
+    if (init == t.state.end()) continue;
+    const int data = t.buffers.at(BufferRole::data);
+    const plan::Buffer& from = profile_.buffers.at(static_cast<size_t>(init->second));
+    TEC_CUDA(cudaMemcpy(address(data), address(init->second), static_cast<size_t>(from.bytes), cudaMemcpyDeviceToDevice),
+             "state '" + name + "'");
+    if ((name == "first_microbatch" || name == "forward_only") && from.bytes == 4) {
+      float value = 0;
+      std::memcpy(&value, plan_->constants.data() + from.offset, 4);
+      s.selecting_scalars[name] = value;
+    }
+  }
   s.delayed_count = static_cast<int>(table.size());
   if (!table.empty()) {
     s.delayed_table = static_cast<DelayedEntry*>(device_alloc(table.size() * sizeof(DelayedEntry), "delayed-scaling table"));
@@ -402,7 +424,10 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     const plan::Gemm& g = l.gemm;
     Impl::GemmState& st = s.gemms[i];
     TEC_ACQUIRE(cublasLtMatmulDescCreate(&st.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), where);
-    const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
+    // Column-major, A = w is [k, n] read transposed and B = x is [k, m]; an operand stored
+    // transposed (16-bit backward GEMMs) is read as it is instead.
+    const cublasOperation_t transa = g.a.transposed ? CUBLAS_OP_N : CUBLAS_OP_T;
+    const cublasOperation_t transb = g.b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
     auto set = [&](cublasLtMatmulDescAttributes_t attr, const void* value, size_t size) {
       TEC_CUDA(cublasLtMatmulDescSetAttribute(st.desc, attr, value, size), where);
     };
@@ -444,8 +469,13 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     // An FP8 D still has a C type, which decides the bias type: fp16 with an fp16 bias, else bf16.
     const cudaDataType_t c_type =
         is_fp8(g.d_type) ? (g.bias >= 0 && g.bias_type == DType::fp16 ? CUDA_R_16F : CUDA_R_16BF) : cuda_type(g.d_type);
-    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.n), g.k), where);
-    TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), static_cast<uint64_t>(g.k), static_cast<uint64_t>(g.m), g.k), where);
+    const auto rows_m = static_cast<uint64_t>(g.m), cols_n = static_cast<uint64_t>(g.n), inner_k = static_cast<uint64_t>(g.k);
+    TEC_ACQUIRE(g.a.transposed ? cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), cols_n, inner_k, g.n)
+                               : cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), inner_k, cols_n, g.k),
+                where);
+    TEC_ACQUIRE(g.b.transposed ? cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), rows_m, inner_k, g.m)
+                               : cublasLtMatrixLayoutCreate(&st.b, cuda_type(g.b.type), inner_k, rows_m, g.k),
+                where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     st.beta = g.c >= 0 ? 1.0f : 0.0f;
@@ -484,20 +514,68 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
 
   if (!tuning_warning_.empty()) std::fprintf(stderr, "tec: warning: %s\n", tuning_warning_.c_str());
 
-  // The graph, captured once from the eager sequence.
+  // The graph of a full run, captured now, so that a session that cannot capture fails here.
   TEC_ACQUIRE(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
+  graph_for(Selection{});
+  TEC_CUDA(cudaDeviceSynchronize(), "session setup");
+}
+
+cudaGraphExec_t Session::graph_for(Selection selection) {
+  Impl& s = *impl_;
+  if (const auto it = s.graphs.find(selection); it != s.graphs.end()) return it->second.exec;
+  Impl::Graph& g = s.graphs[selection];  // owned (and destroyed) by the map from here on
   TEC_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeThreadLocal), "graph capture");
   try {
-    run_eager(s.capture_stream);
+    enqueue(s.capture_stream, launches_of(selection), {});
   } catch (...) {
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(s.capture_stream, &broken);
     if (broken) cudaGraphDestroy(broken);
+    s.graphs.erase(selection);
     throw;
   }
-  TEC_CUDA(cudaStreamEndCapture(s.capture_stream, &s.graph), "graph capture");
-  TEC_ACQUIRE(cudaGraphInstantiate(&s.exec, s.graph, 0), "graph instantiate");
-  TEC_CUDA(cudaDeviceSynchronize(), "session setup");
+  TEC_CUDA(cudaStreamEndCapture(s.capture_stream, &g.graph), "graph capture");
+  TEC_ACQUIRE(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
+  return g.exec;
+}
+
+Session::Selection Session::next_selection() {
+  Impl& s = *impl_;
+  const auto first = s.selecting_scalars.find("first_microbatch");
+  const auto forward_only = s.selecting_scalars.find("forward_only");
+  Selection selection;
+  selection.weight_workspace = s.workspace_stale || first == s.selecting_scalars.end() || first->second != 0.0f;
+  selection.forward_only = forward_only != s.selecting_scalars.end() && forward_only->second != 0.0f;
+  s.workspace_stale = false;
+  return selection;
+}
+
+// As the reference executor's run(): weight workspace steps only when selected, forward_only
+// runs the weight workspace and the forward alone, without the delayed-scaling update.
+std::vector<size_t> Session::launches_of(Selection selection) const {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < profile_.launches.size(); ++i) {
+    const plan::Launch& l = profile_.launches[i];
+    if (l.step < 0) {
+      if (!(selection.forward_only && l.kind == "delayed_update")) out.push_back(i);
+      continue;
+    }
+    const Phase phase = profile_.steps.at(static_cast<size_t>(l.step)).phase;
+    if (phase == Phase::weight_workspace && !selection.weight_workspace) continue;
+    if (selection.forward_only && phase != Phase::weight_workspace && phase != Phase::forward) continue;
+    out.push_back(i);
+  }
+  return out;
+}
+
+void Session::set_scalar(const std::string& name, float value, cudaStream_t stream) {
+  upload(profile_.tensors.at(name).buffers.at(BufferRole::data), &value, 4, stream);
+  if (auto it = impl_->selecting_scalars.find(name); it != impl_->selecting_scalars.end()) it->second = value;
+}
+
+void Session::remake_weight_workspace(cudaStream_t stream) {
+  impl_->workspace_stale = true;
+  for (auto& [name, value] : impl_->selecting_scalars) download(profile_.tensors.at(name).buffers.at(BufferRole::data), &value, 4, stream);
 }
 
 Session::~Session() = default;
@@ -505,8 +583,9 @@ Session::~Session() = default;
 int Session::launch_count() const { return static_cast<int>(profile_.launches.size()); }
 
 int Session::early_launch_count() const {
+  const std::vector<size_t> all = launches_of(Selection{});
   int count = 0;
-  for (size_t i = 1; i < profile_.launches.size(); ++i) count += launches_early(i, false);
+  for (size_t i = 1; i < all.size(); ++i) count += launches_early(all, i, false);
   return count;
 }
 
@@ -514,11 +593,12 @@ int Session::early_launch_count() const {
 // says so) and that one is early_launch too: programmatic edges join kernel nodes, cuBLASLt's
 // launches are not ours to vouch for, and the plan leaves out kernels measured to lose by it.
 // Not across an `after_step` hook (--profile times steps apart).
-bool Session::launches_early(size_t i, bool step_hooks) const {
-  const auto& launches = profile_.launches;
-  return impl_->early_launch && i > 0 && launches[i].kind == "kernel" && launches[i].early_launch &&
-         launches[i - 1].kind == "kernel" && launches[i - 1].early_launch &&
-         (!step_hooks || launches[i - 1].step == launches[i].step);
+bool Session::launches_early(const std::vector<size_t>& run, size_t position, bool step_hooks) const {
+  if (position == 0) return false;
+  const plan::Launch& l = profile_.launches[run[position]];
+  const plan::Launch& before = profile_.launches[run[position - 1]];
+  return impl_->early_launch && l.kind == "kernel" && l.early_launch && before.kind == "kernel" && before.early_launch &&
+         (!step_hooks || before.step == l.step);
 }
 
 std::string cublaslt_version() {
@@ -594,14 +674,18 @@ std::vector<Session::TunedGemm> Session::tune_gemms(int candidates, int iteratio
 
 void Session::run(cudaStream_t stream) {
   refuse_if_lost(impl_->shared->device);
-  TEC_CUDA(cudaGraphLaunch(impl_->exec, stream), "graph launch");
+  TEC_CUDA(cudaGraphLaunch(graph_for(next_selection()), stream), "graph launch");
 }
 
 void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& after_step) {
+  refuse_if_lost(impl_->shared->device);
+  enqueue(stream, launches_of(next_selection()), after_step);
+}
+
+void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const std::function<void(int)>& after_step) {
   Impl& s = *impl_;
-  refuse_if_lost(s.shared->device);
-  const size_t n = profile_.launches.size();
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t position = 0; position < run.size(); ++position) {
+    const size_t i = run[position];
     const plan::Launch& l = profile_.launches[i];
     const std::string& where = s.where[i];
     if (l.kind == "memset") {
@@ -617,7 +701,7 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
       cudaLaunchAttribute early{};
       early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
       early.val.programmaticStreamSerializationAllowed = 1;
-      if (launches_early(i, static_cast<bool>(after_step))) {
+      if (launches_early(run, position, static_cast<bool>(after_step))) {
         config.attrs = &early;
         config.numAttrs = 1;
       }
@@ -640,7 +724,7 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
                               d, st.d, &st.algo, s.cublas_workspace, kCublasWorkspaceBytes, stream),
                where);
     }
-    const bool last_of_step = i + 1 == n || profile_.launches[i + 1].step != l.step;
+    const bool last_of_step = position + 1 == run.size() || profile_.launches[run[position + 1]].step != l.step;
     if (after_step && last_of_step) after_step(l.step);
   }
 }

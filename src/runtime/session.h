@@ -44,11 +44,21 @@ class Session {
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
-  // One cudaGraphLaunch.
+  // One cudaGraphLaunch. A train plan's run skips the weight workspace steps when the runtime
+  // scalar first_microbatch is 0 (unless restored state made them stale), and runs only them
+  // and the forward when forward_only is 1: one CUDA graph per such selection, each captured
+  // on its first use.
   void run(cudaStream_t stream);
-  // Launch by launch; `after_step(step)` is called after each step's last launch is
-  // enqueued (step -1: the delayed-scaling bookkeeping).
+  // Launch by launch, with the same selection; `after_step(step)` is called after each step's
+  // last launch is enqueued (step -1: the delayed-scaling bookkeeping).
   void run_eager(cudaStream_t stream, const std::function<void(int step)>& after_step = {});
+
+  // Train plans: writes runtime scalar `name` (a state tensor of shape [1]) and keeps the
+  // host's copy that selects the steps of a run. The caller checked the name and the value.
+  void set_scalar(const std::string& name, float value, cudaStream_t stream);
+  // The next run remakes the weights' copies even if first_microbatch is 0 (after a restore);
+  // re-reads the scalars, which the restore may have changed.
+  void remake_weight_workspace(cudaStream_t stream);
 
   const plan::Plan& plan() const { return *plan_; }
   const plan::Profile& profile() const { return profile_; }
@@ -80,7 +90,18 @@ class Session {
   const std::string& tuning_warning() const { return tuning_warning_; }
 
  private:
-  bool launches_early(size_t launch, bool step_hooks) const;
+  // Which launches a run makes (indices into the profile's launches), from the scalars.
+  struct Selection {
+    bool weight_workspace = true, forward_only = false;
+    bool operator<(const Selection& o) const {
+      return std::pair(weight_workspace, forward_only) < std::pair(o.weight_workspace, o.forward_only);
+    }
+  };
+  Selection next_selection();
+  cudaGraphExec_t graph_for(Selection selection);
+  std::vector<size_t> launches_of(Selection selection) const;
+  void enqueue(cudaStream_t stream, const std::vector<size_t>& launches, const std::function<void(int step)>& after_step);
+  bool launches_early(const std::vector<size_t>& launches, size_t position, bool step_hooks) const;
   struct Impl;
   std::shared_ptr<const plan::Plan> plan_;
   const plan::Profile& profile_;
