@@ -10,6 +10,8 @@
 // and the AdamW update. Halfway it checkpoints the session's state; at the end it restores
 // that checkpoint into a new session, replays the second half and checks that every loss is
 // bit-identical. Exit status 0 only if the loss fell at least 10x and the replay matched.
+#include <cuda_runtime.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -88,30 +90,41 @@ void check(const tec::Status& s, const std::string& what) {
   if (!s.ok()) die(what, s);
 }
 
+// A session's views live in its backend's memory: the device's for the GPU.
+void copy_in(const tec::TensorView& to, const std::vector<uint16_t>& from, tec::Backend backend) {
+  if (backend == tec::Backend::cpu) std::memcpy(to.data, from.data(), to.bytes);
+  else if (cudaMemcpy(to.data, from.data(), to.bytes, cudaMemcpyHostToDevice) != cudaSuccess) die("copy to the GPU", {7, "cudaMemcpy failed"});
+}
+std::vector<uint16_t> copy_out(const tec::TensorView& from, tec::Backend backend) {
+  std::vector<uint16_t> to(from.bytes / 2);
+  if (backend == tec::Backend::cpu) std::memcpy(to.data(), from.data, from.bytes);
+  else if (cudaMemcpy(to.data(), from.data, from.bytes, cudaMemcpyDeviceToHost) != cudaSuccess) die("copy from the GPU", {7, "cudaMemcpy failed"});
+  return to;
+}
+
 // One training step on `s`; returns the loss (mean squared error) of its forward.
 double train_step(tec::Session& s, const Teacher& teacher, int step, int rows, int hidden) {
   std::mt19937 rng(static_cast<uint32_t>(1000 + step));
   std::normal_distribution<float> normal;
   std::vector<float> x(static_cast<size_t>(rows) * hidden);
   for (float& v : x) v = bf16_to_float(float_to_bf16(normal(rng)));
-  tec::TensorView xv = check(s.input("x"), "input x");
-  auto* xw = static_cast<uint16_t*>(xv.data);
+  std::vector<uint16_t> xw(x.size());
   for (size_t i = 0; i < x.size(); ++i) xw[i] = float_to_bf16(x[i]);
+  copy_in(check(s.input("x"), "input x"), xw, s.backend());
   const std::vector<float> target = teacher(x, rows);
 
   check(s.set_scalar("forward_only", 1), "forward_only");
   check(s.set_scalar("first_microbatch", 1), "first_microbatch");  // the masters changed last step
   check(s.run(), "forward run");
-  const tec::TensorView yv = check(s.output("y"), "output y");
-  const auto* yw = static_cast<const uint16_t*>(yv.data);
-  tec::TensorView dyv = check(s.input("dy"), "input dy");
-  auto* dyw = static_cast<uint16_t*>(dyv.data);
+  const std::vector<uint16_t> yw = copy_out(check(s.output("y"), "output y"), s.backend());
+  std::vector<uint16_t> dyw(x.size());
   double loss = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const float diff = bf16_to_float(yw[i]) - target[i];
     loss += double(diff) * diff / double(x.size());
     dyw[i] = float_to_bf16(2.0f * diff / float(x.size()));
   }
+  copy_in(check(s.input("dy"), "input dy"), dyw, s.backend());
   check(s.set_scalar("forward_only", 0), "forward_only");
   check(s.set_scalar("first_microbatch", 0), "first_microbatch");  // same masters: reuse their copies
   check(s.run(), "training run");

@@ -2,7 +2,8 @@
 # compute-sanitizer's four tools on every example plan (run on the GPU machine):
 #   bash tests/gpu/sanitize.sh BUILD_DIR OUT_DIR
 # Compiles every example model - examples/mlp_tiny.json under every recipe, swiglu_mlp.json,
-# mlp.json (its T=16 profile) and the ONNX models in examples/onnx - and the general ops
+# mlp.json (its T=16 profile), train plans (mlp_tiny with AdamW, swiglu_mlp, mlp.json T=16) and
+# the ONNX models in examples/onnx - and the general ops
 # (tests/gpu/general_ops.json), an fp16 and an fp32 export of the corpus (fp16 GEMMs, fp32
 # staging of MXFP8's dequantized GEMM) and a static Q/DQ model (fp8-static's dequantize path
 # and epilogue kernel, built by tests/onnx/ort_crosscheck.py), runs each plan with te-run
@@ -45,9 +46,12 @@ for entry in mlp_tiny.json:bf16 mlp_tiny.json:fp8-current mlp_tiny.json:fp8-dela
              mlp_tiny.json:mxfp8 mlp_tiny.json:nvfp4 swiglu_mlp.json:fp8-delayed "mlp.json:fp8-delayed:--shape T=16" \
              onnx/gpt_mlp.onnx:- onnx/gpt_mlp_opset13_torchscript.onnx:- onnx/llama_mlp.onnx:- onnx/llama_mlp_opset18.onnx:- \
              tests/gpu/general_ops.json:fp8-current tests/onnx/corpus/llama_mlp_hf.fp16.dynamo18.2d.onnx:fp8-delayed \
-             tests/onnx/corpus/gpt_mlp.fp32.dynamo18.3d.onnx:mxfp8 "$static_model:-"; do
+             tests/onnx/corpus/gpt_mlp.fp32.dynamo18.3d.onnx:mxfp8 "$static_model:-" \
+             "mlp_tiny.json:fp8-current:--mode train --optimizer adamw" "mlp_tiny.json:bf16:--mode train" \
+             "swiglu_mlp.json:fp8-delayed:--mode train" "mlp.json:fp8-current:--mode train --shape T=16"; do
   IFS=: read -r file recipe compile_extra <<< "$entry"
   name=$(basename "${file%.*}").${recipe/#-/default}
+  [[ $compile_extra == *"--mode train"* ]] && name=$name.train
   plan="$out/$name.teplan"
   model="examples/$file"
   [[ $file == tests/* || $file == /* ]] && model=$file

@@ -2,10 +2,7 @@
 // saved-tensor accounting, gradient accumulation, AdamW with checkpoint and restore, and
 // hostile train plans.
 //
-// The fp64 oracle is written here, independent of the library: an fp64 forward of the graph
-// (tests/fp64_model.h's linear and norm, the activations below), and each sampled gradient
-// entry as a central difference of the loss L = <dy, y> in fp64 (step 1e-6 relative: the
-// difference is exact to ~1e-9, far below any bound here).
+// The fp64 oracle: tests/fp64_train.h.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -14,7 +11,7 @@
 #include <functional>
 
 #include "compiler.h"
-#include "fp64_model.h"
+#include "fp64_train.h"
 #include "plan/file.h"
 #include "reference/executor.h"
 #include "tec/runtime.h"
@@ -25,7 +22,7 @@ namespace tec {
 
 namespace {
 
-using Tensors = std::map<std::string, std::vector<double>>;
+using namespace test::fp64;
 
 std::string temp_file(const std::string& name, const std::string& text) {
   const auto path = std::filesystem::temp_directory_path() / ("tec-train-test-" + std::to_string(::getpid()) + "-" + name);
@@ -51,90 +48,12 @@ std::shared_ptr<const plan::Plan> train_plan(const std::string& path, RecipeKind
   return std::make_shared<const plan::Plan>(plan::Plan::load(plan::serialize_plan(r.plan->manifest, r.plan->blobs), path));
 }
 
-std::vector<double> as_double(const HostTensor& t) { return std::vector<double>(t.values.begin(), t.values.end()); }
-
-double gelu_erf(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
-
-// The fp64 forward of a graph's nodes (the ops this test covers), from its inputs and weights.
-Tensors forward_fp64(const Graph& g, Tensors values) {
-  for (const Node& n : g.nodes) {
-    auto in = [&](size_t i) -> const std::vector<double>& { return values.at(g.value(n.inputs.at(i)).name); };
-    const Shape& shape = g.value(n.inputs[0]).proto.shape;
-    const int64_t rows = shape.rows(), k = shape.cols();
-    std::vector<double> y;
-    if (n.op == "linear") {
-      y = test::fp64::linear(in(0), rows, k, in(1), n.attrs.get_bool("bias", true) ? &in(2) : nullptr);
-    } else if (n.op == "layernorm" || n.op == "rmsnorm") {
-      std::vector<double> gamma = in(1);
-      if (n.attrs.get_bool("zero_centered_gamma", false))
-        for (double& v : gamma) v += 1;
-      y = test::fp64::norm(in(0), rows, k, gamma, n.op == "layernorm" ? &in(2) : nullptr, n.attrs.get_float("eps", 1e-5));
-    } else if (n.op == "gelu" || n.op == "relu" || n.op == "silu") {
-      y = in(0);
-      for (double& v : y)
-        v = n.op == "relu"                                         ? std::max(v, 0.0)
-            : n.op == "silu"                                       ? test::fp64::silu(v)
-            : n.attrs.get_string("approximate", "tanh") == "tanh" ? test::fp64::gelu_tanh(v)
-                                                                   : gelu_erf(v);
-    } else if (n.op == "swiglu" || n.op == "geglu") {
-      const int64_t half = k / 2;
-      for (int64_t r = 0; r < rows; ++r)
-        for (int64_t j = 0; j < half; ++j) {
-          const double a = in(0)[static_cast<size_t>(r * k + j)], b = in(0)[static_cast<size_t>(r * k + half + j)];
-          y.push_back((n.op == "swiglu" ? test::fp64::silu(a) : test::fp64::gelu_tanh(a)) * b);
-        }
-    } else if (n.op == "add") {
-      y = in(0);
-      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i];
-    } else if (n.op == "bias") {
-      y = in(0);
-      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i % static_cast<size_t>(k)];
-    } else if (n.op == "scale") {
-      y = in(0);
-      for (double& v : y) v *= n.attrs.get_float("scale", 1);
-    } else if (n.op == "l2norm") {
-      y = in(0);
-      for (int64_t r = 0; r < rows; ++r) {
-        double sum = 0;
-        for (int64_t i = 0; i < k; ++i) sum += y[static_cast<size_t>(r * k + i)] * y[static_cast<size_t>(r * k + i)];
-        for (int64_t i = 0; i < k; ++i) y[static_cast<size_t>(r * k + i)] /= std::sqrt(sum + n.attrs.get_float("eps", 1e-6));
-      }
-    } else if (n.op == "dropout") {
-      const double p = n.attrs.get_float("p", 0.1);
-      y = in(0);
-      for (size_t i = 0; i < y.size(); ++i)
-        y[i] = tec_dropout_keep(static_cast<unsigned long long>(n.attrs.get_int("seed", 0)), i, static_cast<float>(p)) ? y[i] / (1 - p) : 0;
-    } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
-      y = in(0);  // straight through: the fp64 model does not quantize
-    } else {
-      FAIL("the fp64 model has no op " << n.op);
-    }
-    values[g.value(n.outputs[0]).name] = std::move(y);
-  }
-  return values;
-}
-
-// The graph as the frontend builds it (forward only, every value's shape fixed), for the
-// fp64 model.
-Graph forward_graph(const std::string& path, int64_t tokens) {
-  FrontendOptions o;
-  o.dim_overrides["T"] = {tokens};
-  o.recipe = RecipeKind::bf16;
-  return meta(load_json_graphs(path, o).at(0));
-}
-
-struct GradientCheck {
-  std::string name;  // the tensor whose gradient is checked
-  double error;      // ||g - g_ref|| / ||g_ref|| over the sampled entries
-};
-
-// One step of the train plan on the CPU reference, then every gradient (dx, each weight's
-// main_grad) against central differences of the fp64 forward, at up to `samples` entries each.
+// One step (or `steps`) of the train plan on the CPU reference, then every gradient against fp64.
 std::vector<GradientCheck> check_gradients(const std::string& path, RecipeKind recipe, int64_t tokens, int samples, int steps = 1) {
   const auto plan = train_plan(path, recipe, tokens);
   reference::Session s(*plan, plan->profiles.at(0));
   s.randomize_inputs(7);
-  std::map<std::string, std::vector<double>> before;
+  Tensors before;
   for (int i = 0; i < steps; ++i) {
     // The last step's gradients: main_grad accumulates, so subtract what it held before.
     if (i == steps - 1)
@@ -142,47 +61,7 @@ std::vector<GradientCheck> check_gradients(const std::string& path, RecipeKind r
         if (name.ends_with(".main_grad")) before[name] = as_double(s.read(name));
     s.run();
   }
-  const Graph g = forward_graph(path, tokens);
-  Tensors values;
-  for (const Value& v : g.values) {
-    if (v.kind == ValueKind::input) values[v.name] = as_double(s.read(v.name));
-    if (v.kind == ValueKind::weight) values[v.name] = as_double(s.read(v.name + ".master"));
-  }
-  Tensors dys;
-  for (ValueId out : g.outputs) dys[g.value(out).name] = as_double(s.read("d" + g.value(out).name));
-  auto loss = [&](const Tensors& at) {
-    const Tensors all = forward_fp64(g, at);
-    double l = 0;
-    for (const auto& [name, dy] : dys)
-      for (size_t i = 0; i < dy.size(); ++i) l += dy[i] * all.at(name)[i];
-    return l;
-  };
-  std::vector<GradientCheck> checks;
-  for (const Value& v : g.values) {
-    if (v.kind != ValueKind::input && v.kind != ValueKind::weight) continue;
-    std::vector<double> got;
-    if (v.kind == ValueKind::input) {
-      got = as_double(s.read("d" + v.name));
-    } else {
-      got = as_double(s.read(v.name + ".main_grad"));
-      for (size_t i = 0; i < got.size(); ++i) got[i] -= before.at(v.name + ".main_grad")[i];
-    }
-    const size_t n = got.size(), count = std::min(n, static_cast<size_t>(samples));
-    double diff = 0, norm = 0;
-    for (size_t j = 0; j < count; ++j) {
-      const size_t i = (j * 7919 + 13) % n;  // spread over the tensor
-      Tensors at = values;
-      const double x = at[v.name][i], h = 1e-6 * std::max(1.0, std::abs(x));
-      at[v.name][i] = x + h;
-      const double up = loss(at);
-      at[v.name][i] = x - h;
-      const double want = (up - loss(at)) / (2 * h);
-      diff += (got[i] - want) * (got[i] - want);
-      norm += want * want;
-    }
-    checks.push_back({v.name, std::sqrt(diff / std::max(norm, 1e-300))});
-  }
-  return checks;
+  return gradient_checks(path, tokens, samples, [&](const std::string& name) { return s.read(name); }, before);
 }
 
 std::string one_op_graph(const std::string& op, const std::string& attrs, int64_t k, const std::string& extra_input = "") {
@@ -293,22 +172,6 @@ TEST_CASE("quantize and dequantize pass the gradient straight through") {
   std::filesystem::remove(path);
 }
 
-// Bounds on ||g - g_fp64|| / ||g_fp64|| per recipe, for dx and every weight gradient of the
-// examples (README, "Training"): bf16 rounds x, dy, every activation and gradient to bf16;
-// the FP8 recipes quantize the GEMM operands (E4M3 forward, E5M2 gradients), MXFP8 with 1x32
-// power-of-two scales, NVFP4 to 4 bits (E2M1 with 1x16 scales) - its bound is that of 4-bit
-// gradients. fp8-delayed runs three steps first, so that its scales come from a real amax
-// history (a fresh plan starts at scale 1, as TE's does).
-struct RecipeBound {
-  RecipeKind recipe;
-  double bound;
-  int steps;
-};
-const std::vector<RecipeBound> kRecipeBounds = {
-    {RecipeKind::bf16, 0.01, 1},        {RecipeKind::fp8_current, 0.15, 1}, {RecipeKind::fp8_delayed, 0.15, 4},
-    {RecipeKind::fp8_block, 0.15, 1},   {RecipeKind::mxfp8, 0.15, 1},       {RecipeKind::nvfp4, 0.5, 1},
-};
-
 TEST_CASE("mlp_tiny and swiglu_mlp: every gradient within its recipe's bound of fp64, every recipe") {
   for (const std::string example : {"mlp_tiny.json", "swiglu_mlp.json"}) {
     const std::string path = test::source_dir() + "/examples/" + example;
@@ -325,13 +188,11 @@ TEST_CASE("mlp_tiny and swiglu_mlp: every gradient within its recipe's bound of 
   }
 }
 
-// examples/mlp.json at full size (h=4096, ffn=16384): the fp64 backward of its formula, written
-// out (central differences would need a 2-GFLOP forward per entry), at sampled rows of dx and
-// sampled entries of dW1, db1, dW2, db2: each needs only its rows or columns of the fp64
-// backward. One step on the CPU reference; label `large` (ctest), not under the sanitizers.
+// examples/mlp.json at full size: fp64_train.h's sampled fp64 backward of its formula. One step
+// on the CPU reference; label `large` (ctest), not under the sanitizers.
 TEST_CASE("mlp.json at T=128: sampled gradients within their recipe's bound of fp64" * doctest::skip(std::getenv("TEC_LARGE_TESTS") == nullptr)) {
   const std::string path = test::source_dir() + "/examples/mlp.json";
-  const int64_t t = 128, h = 4096, f = 16384;
+  const int64_t t = 128;
   for (const RecipeBound& r : kRecipeBounds) {
     if (r.recipe == RecipeKind::fp8_delayed) continue;  // its bound needs a scaling history: four steps at this size
     CAPTURE(to_string(r.recipe));
@@ -339,97 +200,11 @@ TEST_CASE("mlp.json at T=128: sampled gradients within their recipe's bound of f
     reference::Session s(*plan, plan->profiles.at(0));
     s.randomize_inputs(17);
     s.run();
-    auto get = [&](const std::string& name) { return as_double(s.read(name)); };
-    const auto x = get("x"), dy = get("dy"), gamma = get("ln.weight.master"), beta = get("ln.bias.master");
-    const auto w1 = get("fc1.weight.master"), b1 = get("fc1.bias.master"), w2 = get("fc2.weight.master");
-    const auto n = test::fp64::norm(x, t, h, gamma, &beta, 1e-5);
-    // h1[:, j], the fc1 pre-activation of column j, and da[:, j] = dy W2[:, j], for every row.
-    auto h1_column = [&](int64_t j) {
-      std::vector<double> c(static_cast<size_t>(t));
-      for (int64_t row = 0; row < t; ++row) {
-        double acc = b1[static_cast<size_t>(j)];
-        for (int64_t i = 0; i < h; ++i) acc += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
-        c[static_cast<size_t>(row)] = acc;
-      }
-      return c;
-    };
-    auto da_column = [&](int64_t j) {
-      std::vector<double> c(static_cast<size_t>(t));
-      for (int64_t row = 0; row < t; ++row)
-        for (int64_t o = 0; o < h; ++o) c[static_cast<size_t>(row)] += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
-      return c;
-    };
-    auto dgelu = [](double v) { return (test::fp64::gelu_tanh(v + 1e-6) - test::fp64::gelu_tanh(v - 1e-6)) / 2e-6; };
-    struct Errors {
-      double diff = 0, norm = 0;
-      void add(double got, double want) {
-        diff += (got - want) * (got - want);
-        norm += want * want;
-      }
-      double rel() const { return std::sqrt(diff / norm); }
-    };
-    std::map<std::string, Errors> errors;
-    const auto dw1 = get("fc1.weight.main_grad"), db1 = get("fc1.bias.main_grad"), dw2 = get("fc2.weight.main_grad"),
-               db2 = get("fc2.bias.main_grad");
-    for (int sample = 0; sample < 12; ++sample) {
-      const int64_t j = (sample * 7919 + 5) % f;
-      const auto h1 = h1_column(j), da = da_column(j);
-      double db1_want = 0;
-      std::vector<double> dh1(static_cast<size_t>(t)), a(static_cast<size_t>(t));
-      for (int64_t row = 0; row < t; ++row) {
-        dh1[static_cast<size_t>(row)] = da[static_cast<size_t>(row)] * dgelu(h1[static_cast<size_t>(row)]);
-        a[static_cast<size_t>(row)] = test::fp64::gelu_tanh(h1[static_cast<size_t>(row)]);
-        db1_want += dh1[static_cast<size_t>(row)];
-      }
-      errors["fc1.bias"].add(db1[static_cast<size_t>(j)], db1_want);
-      for (int e = 0; e < 8; ++e) {
-        const int64_t i = (e * 104729 + sample * 31) % h;  // an input feature of fc1, an output of fc2
-        double dw1_want = 0, dw2_want = 0;
-        for (int64_t row = 0; row < t; ++row) {
-          dw1_want += dh1[static_cast<size_t>(row)] * n[static_cast<size_t>(row * h + i)];
-          dw2_want += dy[static_cast<size_t>(row * h + i)] * a[static_cast<size_t>(row)];
-        }
-        errors["fc1.weight"].add(dw1[static_cast<size_t>(j * h + i)], dw1_want);
-        errors["fc2.weight"].add(dw2[static_cast<size_t>(i * f + j)], dw2_want);
-      }
-    }
-    for (int64_t o = 0; o < h; o += 97) {
-      double want = 0;
-      for (int64_t row = 0; row < t; ++row) want += dy[static_cast<size_t>(row * h + o)];
-      errors["fc2.bias"].add(db2[static_cast<size_t>(o)], want);
-    }
-    // dx at sampled rows: the whole backward of those rows (rows are independent).
-    const auto dx = get("dx");
-    for (int64_t row = 3; row < t; row += 41) {
-      const double* xr = &x[static_cast<size_t>(row * h)];
-      std::vector<double> dn(static_cast<size_t>(h), 0.0);
-      for (int64_t j = 0; j < f; ++j) {
-        double h1 = b1[static_cast<size_t>(j)], da = 0;
-        for (int64_t i = 0; i < h; ++i) h1 += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
-        for (int64_t o = 0; o < h; ++o) da += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
-        const double dh1 = da * dgelu(h1);
-        for (int64_t i = 0; i < h; ++i) dn[static_cast<size_t>(i)] += dh1 * w1[static_cast<size_t>(j * h + i)];
-      }
-      double mean = 0, var = 0;
-      for (int64_t i = 0; i < h; ++i) mean += xr[i] / static_cast<double>(h);
-      for (int64_t i = 0; i < h; ++i) var += (xr[i] - mean) * (xr[i] - mean) / static_cast<double>(h);
-      const double rs = 1 / std::sqrt(var + 1e-5);
-      double mean_g = 0, mean_gx = 0;
-      for (int64_t i = 0; i < h; ++i) {
-        const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
-        mean_g += g / static_cast<double>(h);
-        mean_gx += g * (xr[i] - mean) * rs / static_cast<double>(h);
-      }
-      for (int64_t i = 0; i < h; ++i) {
-        const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
-        const double want = dy[static_cast<size_t>(row * h + i)] + rs * (g - mean_g - (xr[i] - mean) * rs * mean_gx);
-        errors["x"].add(dx[static_cast<size_t>(row * h + i)], want);
-      }
-    }
-    for (const auto& [name, e] : errors) {
+    const auto errors = mlp_gradient_errors(t, [&](const std::string& name) { return s.read(name); });
+    for (const auto& [name, error] : errors) {
       CAPTURE(name);
-      CHECK(e.rel() < r.bound);
-      MESSAGE("mlp.json T=128 " << to_string(r.recipe) << " d" << name << " rel error " << e.rel());
+      CHECK(error < r.bound);
+      MESSAGE("mlp.json T=128 " << to_string(r.recipe) << " d" << name << " rel error " << error);
     }
   }
 }

@@ -1,0 +1,274 @@
+// The fp64 oracle of train plans' gradients, independent of the library: an fp64 forward of
+// the graph (fp64_model.h's linear and norm, the activations below) and each sampled gradient
+// entry as a central difference of the loss L = <dy, y> (step 1e-6 relative: exact to ~1e-9,
+// far below any bound), and for examples/mlp.json its backward written out. The CPU
+// reference's train tests (tests/reference/train_test.cpp) and the GPU's
+// (tests/gpu/train_gpu_test.cpp) read a trained session's tensors through `Read`.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compiler.h"
+#include "fp64_model.h"
+#include "reference/executor.h"
+#include "tec_math.h"
+
+namespace tec::test::fp64 {
+
+using Tensors = std::map<std::string, std::vector<double>>;
+// A session's tensor by name (inputs, outputs, state), after its training step.
+using Read = std::function<HostTensor(const std::string&)>;
+
+inline std::vector<double> as_double(const HostTensor& t) { return std::vector<double>(t.values.begin(), t.values.end()); }
+
+inline double gelu_erf(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))); }
+
+// The fp64 forward of a graph's nodes (the ops this test covers), from its inputs and weights.
+inline Tensors forward_fp64(const Graph& g, Tensors values) {
+  for (const Node& n : g.nodes) {
+    auto in = [&](size_t i) -> const std::vector<double>& { return values.at(g.value(n.inputs.at(i)).name); };
+    const Shape& shape = g.value(n.inputs[0]).proto.shape;
+    const int64_t rows = shape.rows(), k = shape.cols();
+    std::vector<double> y;
+    if (n.op == "linear") {
+      y = linear(in(0), rows, k, in(1), n.attrs.get_bool("bias", true) ? &in(2) : nullptr);
+    } else if (n.op == "layernorm" || n.op == "rmsnorm") {
+      std::vector<double> gamma = in(1);
+      if (n.attrs.get_bool("zero_centered_gamma", false))
+        for (double& v : gamma) v += 1;
+      y = norm(in(0), rows, k, gamma, n.op == "layernorm" ? &in(2) : nullptr, n.attrs.get_float("eps", 1e-5));
+    } else if (n.op == "gelu" || n.op == "relu" || n.op == "silu") {
+      y = in(0);
+      for (double& v : y)
+        v = n.op == "relu"                                         ? std::max(v, 0.0)
+            : n.op == "silu"                                       ? silu(v)
+            : n.attrs.get_string("approximate", "tanh") == "tanh" ? gelu_tanh(v)
+                                                                   : gelu_erf(v);
+    } else if (n.op == "swiglu" || n.op == "geglu") {
+      const int64_t half = k / 2;
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t j = 0; j < half; ++j) {
+          const double a = in(0)[static_cast<size_t>(r * k + j)], b = in(0)[static_cast<size_t>(r * k + half + j)];
+          y.push_back((n.op == "swiglu" ? silu(a) : gelu_tanh(a)) * b);
+        }
+    } else if (n.op == "add") {
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i];
+    } else if (n.op == "bias") {
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i) y[i] += in(1)[i % static_cast<size_t>(k)];
+    } else if (n.op == "scale") {
+      y = in(0);
+      for (double& v : y) v *= n.attrs.get_float("scale", 1);
+    } else if (n.op == "l2norm") {
+      y = in(0);
+      for (int64_t r = 0; r < rows; ++r) {
+        double sum = 0;
+        for (int64_t i = 0; i < k; ++i) sum += y[static_cast<size_t>(r * k + i)] * y[static_cast<size_t>(r * k + i)];
+        for (int64_t i = 0; i < k; ++i) y[static_cast<size_t>(r * k + i)] /= std::sqrt(sum + n.attrs.get_float("eps", 1e-6));
+      }
+    } else if (n.op == "dropout") {
+      const double p = n.attrs.get_float("p", 0.1);
+      y = in(0);
+      for (size_t i = 0; i < y.size(); ++i)
+        y[i] = tec_dropout_keep(static_cast<unsigned long long>(n.attrs.get_int("seed", 0)), i, static_cast<float>(p)) ? y[i] / (1 - p) : 0;
+    } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
+      y = in(0);  // straight through: the fp64 model does not quantize
+    } else {
+      throw std::runtime_error("the fp64 model has no op " + n.op);
+    }
+    values[g.value(n.outputs[0]).name] = std::move(y);
+  }
+  return values;
+}
+
+// The graph as the frontend builds it (forward only, every value's shape fixed), for the
+// fp64 model.
+inline Graph forward_graph(const std::string& path, int64_t tokens) {
+  FrontendOptions o;
+  o.dim_overrides["T"] = {tokens};
+  o.recipe = RecipeKind::bf16;
+  return meta(load_json_graphs(path, o).at(0));
+}
+
+struct GradientCheck {
+  std::string name;  // the tensor whose gradient is checked
+  double error;      // ||g - g_ref|| / ||g_ref|| over the sampled entries
+};
+
+// After a training step: dx and the growth of every weight's main_grad over the step
+// (`before`: the main_grads before it; none: zero) against central differences of the fp64
+// forward of the loss <dy, y>, at up to `samples` entries of each.
+inline std::vector<GradientCheck> gradient_checks(const std::string& path, int64_t tokens, int samples, const Read& read,
+                                                  const Tensors& before = {}) {
+  const Graph g = forward_graph(path, tokens);
+  Tensors values;
+  for (const Value& v : g.values) {
+    if (v.kind == ValueKind::input) values[v.name] = as_double(read(v.name));
+    if (v.kind == ValueKind::weight) values[v.name] = as_double(read(v.name + ".master"));
+  }
+  Tensors dys;
+  for (ValueId out : g.outputs) dys[g.value(out).name] = as_double(read("d" + g.value(out).name));
+  auto loss = [&](const Tensors& at) {
+    const Tensors all = forward_fp64(g, at);
+    double l = 0;
+    for (const auto& [name, dy] : dys)
+      for (size_t i = 0; i < dy.size(); ++i) l += dy[i] * all.at(name)[i];
+    return l;
+  };
+  std::vector<GradientCheck> checks;
+  for (const Value& v : g.values) {
+    if (v.kind != ValueKind::input && v.kind != ValueKind::weight) continue;
+    std::vector<double> got;
+    if (v.kind == ValueKind::input) {
+      got = as_double(read("d" + v.name));
+    } else {
+      got = as_double(read(v.name + ".main_grad"));
+      for (size_t i = 0; i < got.size(); ++i) got[i] -= (before.count(v.name + ".main_grad") ? before.at(v.name + ".main_grad")[i] : 0.0);
+    }
+    const size_t n = got.size(), count = std::min(n, static_cast<size_t>(samples));
+    double diff = 0, norm = 0;
+    for (size_t j = 0; j < count; ++j) {
+      const size_t i = (j * 7919 + 13) % n;  // spread over the tensor
+      Tensors at = values;
+      const double x = at[v.name][i], h = 1e-6 * std::max(1.0, std::abs(x));
+      at[v.name][i] = x + h;
+      const double up = loss(at);
+      at[v.name][i] = x - h;
+      const double want = (up - loss(at)) / (2 * h);
+      diff += (got[i] - want) * (got[i] - want);
+      norm += want * want;
+    }
+    checks.push_back({v.name, std::sqrt(diff / std::max(norm, 1e-300))});
+  }
+  return checks;
+}
+
+
+// examples/mlp.json at full size (h=4096, ffn=16384) after one training step: the fp64 backward
+// of its formula, written out (central differences would need a 2-GFLOP forward per entry), at
+// sampled rows of dx (at most four) and sampled entries of dW1, db1, dW2, db2: each needs only
+// its rows or columns of the fp64 backward. Returns ||g - g_fp64|| / ||g_fp64|| per tensor.
+inline std::map<std::string, double> mlp_gradient_errors(int64_t t, const Read& read, const Tensors& before = {}, int samples = 12) {
+  const int64_t h = 4096, f = 16384;
+  auto get = [&](const std::string& name) { return as_double(read(name)); };
+  const auto x = get("x"), dy = get("dy"), gamma = get("ln.weight.master"), beta = get("ln.bias.master");
+  const auto w1 = get("fc1.weight.master"), b1 = get("fc1.bias.master"), w2 = get("fc2.weight.master");
+  const auto n = norm(x, t, h, gamma, &beta, 1e-5);
+  // h1[:, j], the fc1 pre-activation of column j, and da[:, j] = dy W2[:, j], for every row.
+  auto h1_column = [&](int64_t j) {
+    std::vector<double> c(static_cast<size_t>(t));
+    for (int64_t row = 0; row < t; ++row) {
+      double acc = b1[static_cast<size_t>(j)];
+      for (int64_t i = 0; i < h; ++i) acc += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
+      c[static_cast<size_t>(row)] = acc;
+    }
+    return c;
+  };
+  auto da_column = [&](int64_t j) {
+    std::vector<double> c(static_cast<size_t>(t));
+    for (int64_t row = 0; row < t; ++row)
+      for (int64_t o = 0; o < h; ++o) c[static_cast<size_t>(row)] += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
+    return c;
+  };
+  auto dgelu = [](double v) { return (gelu_tanh(v + 1e-6) - gelu_tanh(v - 1e-6)) / 2e-6; };
+  struct Errors {
+    double diff = 0, norm = 0;
+    void add(double got, double want) {
+      diff += (got - want) * (got - want);
+      norm += want * want;
+    }
+    double rel() const { return std::sqrt(diff / norm); }
+  };
+  std::map<std::string, Errors> errors;
+  auto grown = [&](const std::string& name) {  // the step's gradient: main_grad's growth over it
+    std::vector<double> g = get(name);
+    if (const auto it = before.find(name); it != before.end())
+      for (size_t i = 0; i < g.size(); ++i) g[i] -= it->second[i];
+    return g;
+  };
+  const auto dw1 = grown("fc1.weight.main_grad"), db1 = grown("fc1.bias.main_grad"), dw2 = grown("fc2.weight.main_grad"),
+             db2 = grown("fc2.bias.main_grad");
+  for (int sample = 0; sample < samples; ++sample) {
+    const int64_t j = (sample * 7919 + 5) % f;
+    const auto h1 = h1_column(j), da = da_column(j);
+    double db1_want = 0;
+    std::vector<double> dh1(static_cast<size_t>(t)), a(static_cast<size_t>(t));
+    for (int64_t row = 0; row < t; ++row) {
+      dh1[static_cast<size_t>(row)] = da[static_cast<size_t>(row)] * dgelu(h1[static_cast<size_t>(row)]);
+      a[static_cast<size_t>(row)] = gelu_tanh(h1[static_cast<size_t>(row)]);
+      db1_want += dh1[static_cast<size_t>(row)];
+    }
+    errors["fc1.bias"].add(db1[static_cast<size_t>(j)], db1_want);
+    for (int e = 0; e < 8; ++e) {
+      const int64_t i = (e * 104729 + sample * 31) % h;  // an input feature of fc1, an output of fc2
+      double dw1_want = 0, dw2_want = 0;
+      for (int64_t row = 0; row < t; ++row) {
+        dw1_want += dh1[static_cast<size_t>(row)] * n[static_cast<size_t>(row * h + i)];
+        dw2_want += dy[static_cast<size_t>(row * h + i)] * a[static_cast<size_t>(row)];
+      }
+      errors["fc1.weight"].add(dw1[static_cast<size_t>(j * h + i)], dw1_want);
+      errors["fc2.weight"].add(dw2[static_cast<size_t>(i * f + j)], dw2_want);
+    }
+  }
+  for (int64_t o = 0; o < h; o += 97) {
+    double want = 0;
+    for (int64_t row = 0; row < t; ++row) want += dy[static_cast<size_t>(row * h + o)];
+    errors["fc2.bias"].add(db2[static_cast<size_t>(o)], want);
+  }
+  // dx at sampled rows: the whole backward of those rows (rows are independent).
+  const auto dx = get("dx");
+  for (int64_t row = 3; row < t; row += std::max<int64_t>(41, t / 4)) {
+    const double* xr = &x[static_cast<size_t>(row * h)];
+    std::vector<double> dn(static_cast<size_t>(h), 0.0);
+    for (int64_t j = 0; j < f; ++j) {
+      double h1 = b1[static_cast<size_t>(j)], da = 0;
+      for (int64_t i = 0; i < h; ++i) h1 += n[static_cast<size_t>(row * h + i)] * w1[static_cast<size_t>(j * h + i)];
+      for (int64_t o = 0; o < h; ++o) da += dy[static_cast<size_t>(row * h + o)] * w2[static_cast<size_t>(o * f + j)];
+      const double dh1 = da * dgelu(h1);
+      for (int64_t i = 0; i < h; ++i) dn[static_cast<size_t>(i)] += dh1 * w1[static_cast<size_t>(j * h + i)];
+    }
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < h; ++i) mean += xr[i] / static_cast<double>(h);
+    for (int64_t i = 0; i < h; ++i) var += (xr[i] - mean) * (xr[i] - mean) / static_cast<double>(h);
+    const double rs = 1 / std::sqrt(var + 1e-5);
+    double mean_g = 0, mean_gx = 0;
+    for (int64_t i = 0; i < h; ++i) {
+      const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
+      mean_g += g / static_cast<double>(h);
+      mean_gx += g * (xr[i] - mean) * rs / static_cast<double>(h);
+    }
+    for (int64_t i = 0; i < h; ++i) {
+      const double g = dn[static_cast<size_t>(i)] * gamma[static_cast<size_t>(i)];
+      const double want = dy[static_cast<size_t>(row * h + i)] + rs * (g - mean_g - (xr[i] - mean) * rs * mean_gx);
+      errors["x"].add(dx[static_cast<size_t>(row * h + i)], want);
+    }
+  }
+  std::map<std::string, double> out;
+  for (const auto& [name, e] : errors) out[name] = e.rel();
+  return out;
+}
+
+// Bounds on ||g - g_fp64|| / ||g_fp64|| per recipe, for dx and every weight gradient of the
+// examples (README, "Training"): bf16 rounds x, dy, every activation and gradient to bf16;
+// the FP8 recipes quantize the GEMM operands (E4M3 forward, E5M2 gradients), MXFP8 with 1x32
+// power-of-two scales, NVFP4 to 4 bits (E2M1 with 1x16 scales) - its bound is that of 4-bit
+// gradients. fp8-delayed runs three steps first, so that its scales come from a real amax
+// history (a fresh plan starts at scale 1, as TE's does).
+struct RecipeBound {
+  RecipeKind recipe;
+  double bound;
+  int steps;
+};
+inline const std::vector<RecipeBound> kRecipeBounds = {
+    {RecipeKind::bf16, 0.01, 1},        {RecipeKind::fp8_current, 0.15, 1}, {RecipeKind::fp8_delayed, 0.15, 4},
+    {RecipeKind::fp8_block, 0.15, 1},   {RecipeKind::mxfp8, 0.15, 1},       {RecipeKind::nvfp4, 0.5, 1},
+};
+
+}  // namespace tec::test::fp64
