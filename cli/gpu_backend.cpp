@@ -135,6 +135,12 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     }
   };
   upload_inputs(session);
+  for (const auto& [name, value] : o.scalars) {
+    const bool known = std::find(profile.runtime_scalars.begin(), profile.runtime_scalars.end(), name) != profile.runtime_scalars.end();
+    if (!known) throw Error(ErrorKind::usage, {}, "--scalar " + name + ": the plan has no runtime scalar '" + name + "'");
+    session.set_scalar(name, value, stream);
+    ref.set_scalar(name, value);
+  }
   const std::vector<uint8_t> initial_arena = session.download_arena(stream);  // inputs set, state fresh
   json report{{"plan", plan->name},
               {"recipe", plan->recipe},

@@ -171,6 +171,10 @@ int main(int argc, char** argv) {
                "GPU: run the same inputs on the CPU reference; per output |out-ref|/|ref| and max error, per step "
                "whether its outputs match bit for bit (exit 1 on a mismatch)");
   int verify_steps = 3;
+  std::vector<std::string> scalars;
+  app.add_option("--scalar", scalars,
+                 "train plans: set a runtime scalar before the runs, NAME=VALUE (repeatable), e.g. first_microbatch=0 (every run "
+                 "after the first reuses the weights' copies) or optimizer.lr=1e-4");
   app.add_option("--verify-steps", verify_steps,
                  "GPU, train plans: training steps --verify-cpu runs on both backends, state carried over (default 3)")
       ->check(CLI::Range(1, 100));
@@ -191,6 +195,15 @@ int main(int argc, char** argv) {
       if (*end != '\0') throw tec::Error(ErrorKind::usage, {}, "--shape " + s + ": not an integer size");
       dims[dim] = v;
     }
+    std::vector<std::pair<std::string, float>> runtime_scalars;
+    for (const auto& text : scalars) {
+      auto [name, value] = split_assignment(text, "--scalar");
+      char* end = nullptr;
+      const float v = std::strtof(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || !std::isfinite(v))
+        throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": not a finite number");
+      runtime_scalars.emplace_back(name, v);
+    }
     if (do_inspect) inspect(plan);
     if (!dot.empty()) {
       const size_t index = dims.empty() ? 0 : static_cast<size_t>(&plan.profile(dims) - plan.profiles.data());
@@ -210,6 +223,7 @@ int main(int argc, char** argv) {
       o.no_graph = no_graph;
       o.verify_cpu = verify_cpu;
       o.verify_steps = verify_steps;
+      o.scalars = runtime_scalars;
       o.profile = profile_steps;
       o.json_path = json_path;
       o.trace_path = trace_path;
@@ -228,6 +242,12 @@ int main(int argc, char** argv) {
       auto [name, file] = split_assignment(in, "--input");
       tec::NpyArray array = tec::read_npy(file);
       session.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
+    }
+    for (const auto& [name, value] : runtime_scalars) {
+      const auto& known = profile.runtime_scalars;
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        throw tec::Error(ErrorKind::usage, {}, "--scalar " + name + ": the plan has no runtime scalar '" + name + "'");
+      session.set_scalar(name, value);
     }
     for (int i = 0; i < iterations; ++i) session.run();
     std::printf("outputs after %d run(s):\n", iterations);

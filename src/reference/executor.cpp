@@ -226,6 +226,13 @@ float Session::scalar(const std::string& name) const {
   return value;
 }
 
+void Session::set_scalar(const std::string& name, float value) {
+  const plan::Tensor& t = tensor_named(profile_, name);
+  TEC_USER_CHECK(t.kind == "state" && t.proto.shape == Shape({1}), (ErrorContext{"reference", name, "", "runtime scalar"}))
+      << "'" << name << "' is no runtime scalar";
+  std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]).data(), &value, 4);
+}
+
 void Session::run() {
   for (const std::string& name : profile_.runtime_scalars)
     TEC_USER_CHECK(std::isfinite(scalar(name)), (ErrorContext{"reference", name, "", "runtime scalar"}))

@@ -35,6 +35,7 @@ class Session {
   HostTensor read(const std::string& tensor, bool columnwise) const;
   // A state tensor of shape [1] (a runtime scalar, the optimizer's step).
   float scalar(const std::string& tensor) const;
+  void set_scalar(const std::string& tensor, float value);
   const std::vector<uint8_t>& arena() const { return arena_; }
   // One arena buffer's bytes, in place (the embedding API's host views).
   std::span<uint8_t> buffer_bytes(int index) { return bytes_of(profile_.buffers.at(static_cast<size_t>(index))); }
