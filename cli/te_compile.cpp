@@ -31,7 +31,8 @@ Examples:
   te-compile examples/mlp.json --dump-after meta --mode train   # fake fwd/bwd: saved tensors, aliases
   te-compile examples/mlp_tiny.json --mode train --optimizer adamw --lr 3e-3 -o train.teplan
                                                      # one training step: forward, backward, AdamW
-                                                     # (te-run train.teplan --backend cpu runs it)
+                                                     # (te-run train.teplan runs it on the GPU,
+                                                     # --backend cpu on the CPU reference)
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
   te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
 
@@ -46,8 +47,10 @@ Exit codes:
   4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
   70 internal error (a tec bug)
 
-Train plans (--mode train) run on the CPU reference executor for now; their GPU lowering is
-planned (te-run --backend gpu says so, exit code 4). See README.md, "Training" and "Status".)";
+Train plans (--mode train) run on the GPU as one CUDA graph under bf16, fp8-current and
+fp8-delayed, and on the CPU reference executor under every recipe (fp8-block, mxfp8 and nvfp4
+train plans have no GPU code yet: te-run --backend gpu says why, exit code 4). See README.md,
+"Training" and "Status".)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];

@@ -1,0 +1,189 @@
+// The GPU lowering of train plans, on a machine with no GPU (ARCHITECTURE.md §6, §12): which
+// launches a training step becomes, what each backward GEMM reads and writes, and that the
+// recipes without a GPU path yet say why. tests/gpu/train_gpu_test.cpp runs these on the GPU.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "codegen/kernel_sources.h"
+#include "codegen/lower.h"
+#include "compiler.h"
+#include "passes/memory_plan.h"
+#include "test_util.h"
+
+namespace tec::codegen {
+
+namespace {
+
+CompileResult lowered_train(const std::string& model, RecipeKind recipe, TrainOptions train = {}, int64_t tokens = 32) {
+  CompileOptions options;
+  options.model_path = test::source_dir() + "/examples/" + model;
+  options.frontend.mode = Mode::train;
+  options.frontend.recipe = recipe;
+  options.frontend.dim_overrides["T"] = {tokens};
+  options.train = train;
+  options.archs = {"sm_90"};
+  options.cache_dir = (std::filesystem::temp_directory_path() / ("tec_train_lowering_" + std::to_string(::getpid()))).string();
+  options.dump_after = "codegen";
+  return compile(options);
+}
+
+// The launches of the step named `step`.
+std::vector<const Launch*> launches_of(const CompiledProfile& p, const std::string& step) {
+  int index = -1;
+  for (size_t i = 0; i < p.schedule.steps.size(); ++i)
+    if (p.schedule.steps[i].name == step) index = static_cast<int>(i);
+  REQUIRE_MESSAGE(index >= 0, "no step " << step);
+  std::vector<const Launch*> out;
+  for (const Launch& l : p.gpu.launches)
+    if (l.step == index) out.push_back(&l);
+  return out;
+}
+
+std::string data(const std::string& value) { return value_buffer_name(value, BufferRole::data); }
+std::string columnwise(const std::string& value) { return value_buffer_name(value, BufferRole::columnwise_data); }
+
+}  // namespace
+
+TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current and fp8-delayed, with AdamW too") {
+  for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json"})
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})
+      for (auto optimizer : {TrainOptions::Optimizer::none, TrainOptions::Optimizer::adamw}) {
+        CAPTURE(model);
+        CAPTURE(to_string(recipe));
+        TrainOptions train;
+        train.optimizer = optimizer;
+        const CompileResult r = lowered_train(model, recipe, train);
+        const CompiledProfile& p = r.profiles.at(0);
+        CHECK_MESSAGE(p.gpu.supported, p.gpu.reason);
+        for (const auto& per_arch : r.code.cubins) CHECK(std::string(per_arch.at(0).begin(), per_arch.at(0).begin() + 4) == "\x7f" "ELF");
+      }
+}
+
+TEST_CASE("fp8 backward GEMMs read the columnwise copies, TN, with split accumulation; wgrad adds into main_grad with beta = 1") {
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::fp8_current);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  std::vector<const GemmLaunch*> gemms;
+  for (const Launch* l : launches_of(p, "fc2.backward+fc2.weight.main_grad@1"))
+    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  REQUIRE(gemms.size() == 2);
+  const GemmLaunch& dgrad = *gemms[0];  // dx [T, F] = dy [T, H] . W2 [H, F]
+  CHECK(dgrad.m == 32);
+  CHECK(dgrad.n == 256);
+  CHECK(dgrad.k == 64);
+  CHECK(dgrad.a.buffer == columnwise("fc2.weight"));
+  CHECK(dgrad.a.type == DType::fp8_e4m3);
+  CHECK(dgrad.b.buffer == data("dy.quantized"));
+  CHECK(dgrad.b.type == DType::fp8_e5m2);  // HYBRID: the gradient in E5M2
+  CHECK(dgrad.d == data("fc2.dinput"));
+  CHECK_FALSE(dgrad.fast_accum);
+  CHECK_FALSE(dgrad.a.transposed);
+  const GemmLaunch& wgrad = *gemms[1];  // dW2 [H, F] = dy^T [H, T] . act [T, F]
+  CHECK(wgrad.m == 64);
+  CHECK(wgrad.n == 256);
+  CHECK(wgrad.k == 32);
+  CHECK(wgrad.a.buffer == columnwise("act"));
+  CHECK(wgrad.b.buffer == columnwise("dy.quantized"));
+  CHECK(wgrad.c == data("fc2.weight.main_grad"));
+  CHECK(wgrad.d == wgrad.c);
+  CHECK(wgrad.d_type == DType::fp32);
+  CHECK_FALSE(wgrad.fast_accum);
+  // dbias: the column sums of the unquantized dy, partials then their sum.
+  int partials = 0, finishes = 0;
+  for (const Launch* l : launches_of(p, "fc2.backward+fc2.weight.main_grad@1")) {
+    partials += l->entry == "tec_column_partials";
+    finishes += l->entry == "tec_column_finish";
+  }
+  CHECK(partials == 1);
+  CHECK(finishes == 1);
+}
+
+TEST_CASE("bf16 backward GEMMs read dy, x and W in place, transposed by cuBLASLt") {
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::bf16);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  std::vector<const GemmLaunch*> gemms;
+  for (const Launch* l : launches_of(p, "fc1.backward+fc1.weight.main_grad@1"))
+    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  REQUIRE(gemms.size() == 2);
+  CHECK(gemms[0]->a.buffer == data("fc1.weight"));
+  CHECK(gemms[0]->a.transposed);
+  CHECK_FALSE(gemms[0]->b.transposed);
+  CHECK(gemms[1]->a.buffer == data("ln"));
+  CHECK(gemms[1]->a.transposed);
+  CHECK(gemms[1]->b.transposed);
+  CHECK(gemms[1]->d == data("fc1.weight.main_grad"));
+}
+
+TEST_CASE("every columnwise FP8 copy of a train plan is made by a transpose of its rowwise codes, in the step that quantizes it") {
+  for (RecipeKind recipe : {RecipeKind::fp8_current, RecipeKind::fp8_delayed}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered_train("mlp_tiny.json", recipe);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE(p.gpu.supported);
+    int copies = 0;
+    for (size_t s = 0; s < p.schedule.steps.size(); ++s)
+      for (NodeId id : p.schedule.steps[s].nodes)
+        for (ValueId out : p.graph.node(id).outputs) {
+          const Value& v = p.graph.value(out);
+          if (!v.proto.quantizer || !v.proto.usage.columnwise) continue;
+          CAPTURE(v.name);
+          ++copies;
+          bool transposed = false;
+          for (const Launch& l : p.gpu.launches)
+            transposed |= l.step == static_cast<int>(s) && l.entry == "tec_transpose_u8" && l.args.size() == 2 &&
+                          l.args[0].buffer == data(v.name) && l.args[1].buffer == columnwise(v.name);
+          CHECK(transposed);
+        }
+    CHECK(copies == 6);  // W1, W2, ln, act, dy, act's gradient
+  }
+}
+
+TEST_CASE("AdamW is a one-thread launch advancing the step, then one launch over every parameter") {
+  TrainOptions train;
+  train.optimizer = TrainOptions::Optimizer::adamw;
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::fp8_current, train);
+  const std::vector<const Launch*> launches = launches_of(r.profiles.at(0), "adamw");
+  REQUIRE(launches.size() == 2);
+  CHECK(launches[0]->entry == "tec_adamw_prepare");
+  CHECK(launches[0]->args.size() == 7);
+  CHECK(launches[0]->args[0].buffer == data("optimizer.step"));
+  CHECK(launches[1]->entry == "tec_adamw");
+  CHECK(launches[1]->args.size() == 1 + 4 * 6);  // the coefficients, then 6 parameters x 4 tensors
+  CHECK(launches[1]->grid[1] == 6);
+  CHECK(launches[1]->args[1].buffer == data("ln.weight.master"));
+}
+
+TEST_CASE("every kernel of a train plan that may launch before the previous one ends waits for it in-kernel") {
+  TrainOptions train;
+  train.optimizer = TrainOptions::Optimizer::adamw;
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed}) {
+    const CompileResult r = lowered_train("swiglu_mlp.json", recipe, train);
+    int early = 0;
+    for (const Launch& l : r.profiles.at(0).gpu.launches) {
+      if (l.kind != Launch::Kind::kernel || !l.early_launch) continue;
+      CAPTURE(l.entry);
+      ++early;
+      std::string text;
+      for (const KernelSource& source : kernel_sources())
+        if (source.name == r.code.modules.at(static_cast<size_t>(l.module)).source) text = source.text;
+      CHECK(text.find("tec_wait_for_previous_kernel();") != std::string::npos);
+    }
+    CHECK(early > 0);
+  }
+}
+
+TEST_CASE("train plans under fp8-block, mxfp8 and nvfp4 have no GPU code yet, and say why") {
+  for (RecipeKind recipe : {RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered_train("mlp_tiny.json", recipe);
+    const CompiledProfile& p = r.profiles.at(0);
+    CHECK_FALSE(p.gpu.supported);
+    CHECK(p.gpu.reason.find("columnwise") != std::string::npos);
+    CHECK(p.gpu.reason.find("train on the CPU reference") != std::string::npos);
+    CHECK(p.gpu.step == "fc1.weight.workspace");
+  }
+}
+
+}  // namespace tec::codegen
