@@ -205,16 +205,21 @@ def run_tool(cmd, **kwargs):
         sys.exit(f"bench.py: {' '.join(str(c) for c in cmd)}\n  failed with exit code {done.returncode} (its message is above)")
 
 
-def run_tec(out, w, tokens, recipes, build, tune):
-    import numpy as np
-    for tool in ("te-compile", "te-run"):
-        if not (build / "cli" / tool).is_file():
-            sys.exit(f"bench.py: no {build / 'cli' / tool}: build tec first, or name its build folder with --build")
+def write_bench_graph(out, tokens):
+    """out/mlp_bench.json: examples/mlp.json with these T profiles, reading out/weights.safetensors."""
     graph = json.loads((ROOT / "examples" / "mlp.json").read_text())
     graph["dims"]["T"] = tokens
     graph["weights"] = {"file": "weights.safetensors"}
     graph.pop("$schema", None)
     (out / "mlp_bench.json").write_text(json.dumps(graph, indent=1))
+
+
+def run_tec(out, w, tokens, recipes, build, tune):
+    import numpy as np
+    for tool in ("te-compile", "te-run"):
+        if not (build / "cli" / tool).is_file():
+            sys.exit(f"bench.py: no {build / 'cli' / tool}: build tec first, or name its build folder with --build")
+    write_bench_graph(out, tokens)
     results = []
     for recipe in recipes:
         for t in tokens:

@@ -247,19 +247,9 @@ def run_peers(out, w, tokens, configs, names):
 PEERS = ["eager bf16", "eager fp8", "graph bf16", "graph fp8", "compile bf16", "compile fp8", "max-autotune bf16", "max-autotune fp8"]
 
 
-def run_tool(cmd, **kwargs):
-    done = subprocess.run([str(c) for c in cmd], **kwargs)
-    if done.returncode != 0:
-        sys.exit(f"train_bench.py: {' '.join(str(c) for c in cmd)}\n  failed with exit code {done.returncode} (its message is above)")
-
-
 def run_tec(out, w, tokens, configs, build):
     import numpy as np
-    graph = json.loads((ROOT / "examples" / "mlp.json").read_text())
-    graph["dims"]["T"] = tokens
-    graph["weights"] = {"file": "weights.safetensors"}
-    graph.pop("$schema", None)
-    (out / "mlp_bench.json").write_text(json.dumps(graph, indent=1))
+    fwd.write_bench_graph(out, tokens)
     results = []
     for t in tokens:
         x, dy = data(t)[0]
@@ -270,18 +260,18 @@ def run_tec(out, w, tokens, configs, build):
             for config, adamw in configs:
                 plan = out / f"train.{recipe}.{t}.{config}{'.adamw' if adamw else ''}.teplan"
                 started = time.time()
-                run_tool([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "--shape", f"T={t}", "-q",
+                fwd.run_tool([build / "cli/te-compile", out / "mlp_bench.json", "-o", plan, "--recipe", recipe, "--shape", f"T={t}", "-q",
                           "--mode", "train", "--wgrad", config] + (["--optimizer", "adamw"] if adamw else []))
                 compile_s = time.time() - started
                 report = out / f"{plan.stem}.json"
                 saved = out / f"{plan.stem}.outputs"
-                run_tool([build / "cli/te-run", plan, "--iterations", "100", "--warmup", "10", "--input", f"x={out}/x{t}.npy",
+                fwd.run_tool([build / "cli/te-run", plan, "--iterations", "100", "--warmup", "10", "--input", f"x={out}/x{t}.npy",
                           "--input", f"dy={out}/dy{t}.npy", "--json", report, "--save-outputs", saved] +
                          ([] if adamw else ["--profile"]), stdout=subprocess.DEVNULL)
                 r = json.loads(report.read_text())
                 if not adamw:  # later microbatches (first_microbatch = 0): the weights' copies reused, as bf16 parameters are
                     reused = out / f"{plan.stem}.reused.json"
-                    run_tool([build / "cli/te-run", plan, "--iterations", "100", "--warmup", "10", "--input", f"x={out}/x{t}.npy",
+                    fwd.run_tool([build / "cli/te-run", plan, "--iterations", "100", "--warmup", "10", "--input", f"x={out}/x{t}.npy",
                               "--input", f"dy={out}/dy{t}.npy", "--json", reused, "--scalar", "first_microbatch=0"],
                              stdout=subprocess.DEVNULL)
                     rr = json.loads(reused.read_text())

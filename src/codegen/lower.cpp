@@ -646,37 +646,30 @@ class StepLowering {
         throw NotLowered{"backward of linear '" + n.name + "' multiplies " + std::string(tec::to_string(gemm.a.type)) + " by " +
                          std::string(tec::to_string(gemm.b.type)) + "; cuBLASLt takes FP8 with FP8 or one 16-bit type"};
     };
-    if (dx) {  // dgrad: dx[T, K] = dy[T, N] W[N, K], i.e. A = W^T [K, N], B = dy [T, N]
-      if (dx->proto.quantizer) throw NotLowered{"dgrad output '" + dx->name + "' is quantized"};
+    auto gemm_into = [&](int64_t rows, int64_t cols, int64_t inner, GemmOperand a, GemmOperand b, const Value& d, const char* what) {
+      if (d.proto.quantizer) throw NotLowered{std::string(what) + " output '" + d.name + "' is quantized"};
       GemmLaunch gemm;
-      gemm.m = tokens;
-      gemm.n = in_features;
-      gemm.k = out_features;
-      gemm.a = transposed(w);
-      gemm.b = as_is(dy_rows);
-      gemm.d = data(*dx);
-      gemm.d_type = dx->proto.dtype;
-      check_types(gemm);
-      push_gemm(gemm);
-    }
-    if (dw) {  // wgrad: dW[N, K] = dy^T[N, T] x[T, K], i.e. A = x^T [K, T], B = dy^T [N, T]
-      GemmLaunch gemm;
-      gemm.m = out_features;
-      gemm.n = in_features;
-      gemm.k = tokens;
-      gemm.a = transposed(x);
-      gemm.b = transposed(dy_cols);
-      const Value& d = accumulated ? *accumulated : *dw;
-      if (d.proto.quantizer) throw NotLowered{"wgrad output '" + d.name + "' is quantized"};
+      gemm.m = rows;
+      gemm.n = cols;
+      gemm.k = inner;
+      gemm.a = std::move(a);
+      gemm.b = std::move(b);
       gemm.d = data(d);
       gemm.d_type = d.proto.dtype;
+      check_types(gemm);
+      return gemm;
+    };
+    // dgrad: dx[T, K] = dy[T, N] W[N, K], i.e. A = W^T [K, N], B = dy [T, N].
+    if (dx) push_gemm(gemm_into(tokens, in_features, out_features, transposed(w), as_is(dy_rows), *dx, "dgrad"));
+    if (dw) {  // wgrad: dW[N, K] = dy^T[N, T] x[T, K], i.e. A = x^T [K, T], B = dy^T [N, T]
+      const Value& d = accumulated ? *accumulated : *dw;
+      GemmLaunch gemm = gemm_into(out_features, in_features, tokens, transposed(x), transposed(dy_cols), d, "wgrad");
       if (main_grad) {
         if (main_grad->proto.dtype != d.proto.dtype)
           throw NotLowered{"'" + main_grad->name + "' and '" + d.name + "' differ in dtype"};
         gemm.c = data(*main_grad);
         step_.fusions.push_back("gpu: wgrad of '" + n.name + "' added into '" + main_grad->name + "' by the GEMM (C = D, beta = 1)");
       }
-      check_types(gemm);
       push_gemm(gemm);
     }
     if (db) push_column_sums(input(n, 4), tokens, out_features, nullptr, nullptr, nullptr, db, nullptr);

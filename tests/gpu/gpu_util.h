@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,7 +19,21 @@
     }                                                                                                       \
   } while (0)
 
+namespace tec::plan {
+struct Profile;
+struct Step;
+}  // namespace tec::plan
+namespace tec::runtime {
+class Session;
+}  // namespace tec::runtime
+
 namespace tec::gpu_test {
+
+// Whether every buffer the step's ops write (and the amax each delayed-scaling output stages)
+// holds the same bytes in two arena images: the CPU reference's and the GPU's after the step.
+bool step_outputs_equal(const plan::Profile& profile, const plan::Step& step, const uint8_t* cpu, const uint8_t* gpu);
+// The bytes of every buffer of the named tensors, downloaded in order.
+std::vector<uint8_t> tensor_bytes(const runtime::Session& s, const std::vector<std::string>& names, cudaStream_t stream);
 
 struct Library {
   cudaLibrary_t library = nullptr;

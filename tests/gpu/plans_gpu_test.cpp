@@ -28,17 +28,7 @@ int g_early_launches = 0;  // across every case: at least one on Hopper
 
 using namespace tec::test::fp64;
 
-std::vector<uint8_t> output_bytes(const runtime::Session& s, cudaStream_t stream) {
-  std::vector<uint8_t> out;
-  for (const auto& name : s.profile().outputs)
-    for (const auto& [role, index] : s.profile().tensors.at(name).buffers) {
-      const plan::Buffer& b = s.profile().buffers[static_cast<size_t>(index)];
-      const size_t at = out.size();
-      out.resize(at + static_cast<size_t>(b.bytes));
-      s.download(index, out.data() + at, static_cast<size_t>(b.bytes), stream);
-    }
-  return out;
-}
+std::vector<uint8_t> output_bytes(const runtime::Session& s, cudaStream_t stream) { return tensor_bytes(s, s.profile().outputs, stream); }
 
 struct Case {
   std::string model;
@@ -108,19 +98,7 @@ int run_case(const Case& c, const std::string& arch) {
           reference::Session cpu(*plan, profile);
           cpu.set_arena(before);
           cpu.run_step(static_cast<size_t>(step));
-          bool same = true;
-          for (const auto& op : profile.steps[static_cast<size_t>(step)].ops)
-            for (const auto& name : op.outputs) {
-              const plan::Tensor& t = profile.tensors.at(name);
-              for (const auto& [role, index] : t.buffers) {
-                const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
-                same &= std::memcmp(cpu.arena().data() + b.offset, after.data() + b.offset, static_cast<size_t>(b.bytes)) == 0;
-              }
-              if (t.state.count("amax_history")) {
-                const plan::Buffer& h = profile.buffers[static_cast<size_t>(t.state.at("amax_history"))];
-                same &= std::memcmp(cpu.arena().data() + h.offset, after.data() + h.offset, 4) == 0;
-              }
-            }
+          const bool same = step_outputs_equal(profile, profile.steps[static_cast<size_t>(step)], cpu.arena().data(), after.data());
           ++kernel_steps;
           bit_identical += same ? 1 : 0;
           if (!same) std::printf("  FAIL %s: kernel step '%s' differs from the CPU reference\n", label, profile.steps[static_cast<size_t>(step)].name.c_str());
@@ -222,6 +200,35 @@ int run_case(const Case& c, const std::string& arch) {
 }
 
 }  // namespace
+
+std::vector<uint8_t> tensor_bytes(const runtime::Session& s, const std::vector<std::string>& names, cudaStream_t stream) {
+  std::vector<uint8_t> out;
+  for (const auto& name : names)
+    for (const auto& [role, index] : s.profile().tensors.at(name).buffers) {
+      const plan::Buffer& b = s.profile().buffers[static_cast<size_t>(index)];
+      const size_t at = out.size();
+      out.resize(at + static_cast<size_t>(b.bytes));
+      s.download(index, out.data() + at, static_cast<size_t>(b.bytes), stream);
+    }
+  return out;
+}
+
+bool step_outputs_equal(const plan::Profile& profile, const plan::Step& step, const uint8_t* cpu, const uint8_t* gpu) {
+  bool same = true;
+  for (const auto& op : step.ops)
+    for (const auto& name : op.outputs) {
+      const plan::Tensor& t = profile.tensors.at(name);
+      for (const auto& [role, index] : t.buffers) {
+        const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
+        same &= std::memcmp(cpu + b.offset, gpu + b.offset, static_cast<size_t>(b.bytes)) == 0;
+      }
+      if (t.state.count("amax_history")) {  // the amax the step staged for the delayed update
+        const plan::Buffer& h = profile.buffers[static_cast<size_t>(t.state.at("amax_history"))];
+        same &= std::memcmp(cpu + h.offset, gpu + h.offset, 4) == 0;
+      }
+    }
+  return same;
+}
 
 int plans_test(const std::string& arch) {
   int failures = 0;

@@ -35,18 +35,6 @@ struct TrainCase {
   TrainOptions::Optimizer optimizer = TrainOptions::Optimizer::none;
 };
 
-std::vector<uint8_t> bytes_of(const runtime::Session& s, const std::vector<std::string>& names, cudaStream_t stream) {
-  std::vector<uint8_t> out;
-  for (const auto& name : names)
-    for (const auto& [role, index] : s.profile().tensors.at(name).buffers) {
-      const plan::Buffer& b = s.profile().buffers[static_cast<size_t>(index)];
-      const size_t at = out.size();
-      out.resize(at + static_cast<size_t>(b.bytes));
-      s.download(index, out.data() + at, static_cast<size_t>(b.bytes), stream);
-    }
-  return out;
-}
-
 double relative_error(const HostTensor& got, const HostTensor& want) {
   double num = 0, den = 0;
   for (size_t i = 0; i < want.values.size(); ++i) {
@@ -150,19 +138,11 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
           gpu->download(index, image.data() + b.offset, static_cast<size_t>(b.bytes), stream);
         }
         if (!check) return;
-        bool same = true, within = true;
+        const bool same = step_outputs_equal(profile, st, cpu.arena().data(), image.data());
+        bool within = true;
         for (const auto& op : st.ops)
           for (const auto& name : op.outputs) {
-            const plan::Tensor& t = profile.tensors.at(name);
-            for (const auto& [role, index] : t.buffers) {
-              const plan::Buffer& b = profile.buffers[static_cast<size_t>(index)];
-              same &= std::memcmp(cpu.arena().data() + b.offset, image.data() + b.offset, static_cast<size_t>(b.bytes)) == 0;
-            }
-            if (t.state.count("amax_history")) {
-              const plan::Buffer& h = profile.buffers[static_cast<size_t>(t.state.at("amax_history"))];
-              same &= std::memcmp(cpu.arena().data() + h.offset, image.data() + h.offset, 4) == 0;
-            }
-            if (!t.buffers.empty() && st.kind == "gemm") {
+            if (!profile.tensors.at(name).buffers.empty() && st.kind == "gemm") {
               gpu_view.set_arena(image);
               const double e = relative_error(gpu_view.read(name), cpu.read(name));
               within &= std::isfinite(e) && e <= gemm_bound;
@@ -222,9 +202,9 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
         s->poison(stream);
         s->run(stream);
       }
-      differing += bytes_of(*a, outputs, stream) != bytes_of(*b, outputs, stream);
+      differing += tensor_bytes(*a, outputs, stream) != tensor_bytes(*b, outputs, stream);
     }
-    const bool same_state = bytes_of(*a, state, stream) == bytes_of(*b, state, stream);
+    const bool same_state = tensor_bytes(*a, state, stream) == tensor_bytes(*b, state, stream);
     failures += differing || !same_state ? 1 : 0;
     std::printf("  %-44s %d replays of two sessions bit-identical: %s, state after: %s\n", label, replays, differing ? "NO  FAIL" : "yes",
                 same_state ? "same" : "DIFFERENT  FAIL");
@@ -237,7 +217,7 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
       for (const auto& st : profile.steps)
         if (st.phase == Phase::weight_workspace)
           for (const auto& op : st.ops) workspaces.insert(workspaces.end(), op.outputs.begin(), op.outputs.end());
-      const std::vector<uint8_t> made = bytes_of(*a, workspaces, stream);
+      const std::vector<uint8_t> made = tensor_bytes(*a, workspaces, stream);
       for (const auto& [name, t] : profile.tensors)
         if (name.ends_with(".master")) {  // doubled: exact in fp32, and every copy changes
           const int index = t.buffers.at(BufferRole::data);
@@ -248,10 +228,10 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
         }
       a->set_scalar("first_microbatch", 0.0f, stream);
       a->run(stream);
-      const bool kept = bytes_of(*a, workspaces, stream) == made;
+      const bool kept = tensor_bytes(*a, workspaces, stream) == made;
       a->set_scalar("first_microbatch", 1.0f, stream);
       a->run(stream);
-      const bool remade = bytes_of(*a, workspaces, stream) != made;
+      const bool remade = tensor_bytes(*a, workspaces, stream) != made;
       a->set_scalar("forward_only", 1.0f, stream);
       a->poison(stream);
       a->run(stream);
