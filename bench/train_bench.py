@@ -40,7 +40,7 @@ except ImportError:
 
 H, FFN, ROOT = fwd.H, fwd.FFN, fwd.ROOT
 BOUND = {"bf16": 0.01, "fp8": 0.15}  # ||g - g64|| / ||g64||, tests/fp64_train.h's kRecipeBounds
-TEC_RECIPES = ["bf16", "fp8-current", "fp8-delayed"]  # those that train on the GPU so far
+TEC_RECIPES = ["bf16", "fp8-current", "fp8-delayed", "fp8-block"]  # those that train on the GPU so far
 
 
 def step_flops(t):
@@ -247,7 +247,7 @@ def run_peers(out, w, tokens, configs, names):
 PEERS = ["eager bf16", "eager fp8", "graph bf16", "graph fp8", "compile bf16", "compile fp8", "max-autotune bf16", "max-autotune fp8"]
 
 
-def run_tec(out, w, tokens, configs, build):
+def run_tec(out, w, tokens, configs, build, recipes):
     import numpy as np
     fwd.write_bench_graph(out, tokens)
     results = []
@@ -256,7 +256,7 @@ def run_tec(out, w, tokens, configs, build):
         np.save(out / f"x{t}.npy", x.float().numpy())
         np.save(out / f"dy{t}.npy", dy.float().numpy())
         ref = reference64(w, x, dy)
-        for recipe in TEC_RECIPES:
+        for recipe in recipes:
             for config, adamw in configs:
                 plan = out / f"train.{recipe}.{t}.{config}{'.adamw' if adamw else ''}.teplan"
                 started = time.time()
@@ -291,7 +291,7 @@ def run_tec(out, w, tokens, configs, build):
                 print(json.dumps(row), flush=True)
                 results.append(row)
                 plan.unlink()
-                with open(out / "train-tec.json", "w") as f:
+                with open(out / f"train-tec{'' if recipes == TEC_RECIPES else '-' + '-'.join(recipes)}.json", "w") as f:
                     json.dump(results, f, indent=1)
 
 
@@ -313,9 +313,8 @@ def measure_floors(out):
 
 def report(out):
     rows = []
-    for name in ("train-tec.json", "train-peers.json"):
-        if (out / name).exists():
-            rows += json.loads((out / name).read_text())
+    for path in sorted(out.glob("train-tec*.json")) + sorted(out.glob("train-peers*.json")):
+        rows += json.loads(path.read_text())
     floors = json.loads((out / "train-floors.json").read_text())
     tokens = sorted({r["T"] for r in rows})
     lines = []
@@ -367,6 +366,7 @@ def main():
     ap.add_argument("--tokens", default="128,2048,8192")
     ap.add_argument("--part", default="floors,tec,peers", help="comma-separated: floors, tec, peers")
     ap.add_argument("--configs", default="write,accumulate,accumulate+adamw")
+    ap.add_argument("--recipes", default=",".join(TEC_RECIPES), help="tec's recipes (comma-separated)")
     ap.add_argument("--peers", default=",".join(PEERS[:6]),
                     help="comma-separated, of: " + ", ".join(PEERS) + " (default: all but max-autotune, which takes minutes per shape)")
     ap.add_argument("--report", action="store_true", help="print the table from --out's JSON and exit")
@@ -385,7 +385,7 @@ def main():
     if "floors" in parts:
         measure_floors(a.out)
     if "tec" in parts:
-        run_tec(a.out, w, tokens, configs, a.build)
+        run_tec(a.out, w, tokens, configs, a.build, [r for r in a.recipes.split(",") if r])
     if "peers" in parts:
         run_peers(a.out, w, tokens, configs, [p for p in a.peers.split(",") if p])
     report(a.out)

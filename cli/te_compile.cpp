@@ -47,9 +47,9 @@ Exit codes:
   4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
   70 internal error (a tec bug)
 
-Train plans (--mode train) run on the GPU as one CUDA graph under bf16, fp8-current and
-fp8-delayed, and on the CPU reference executor under every recipe (fp8-block, mxfp8 and nvfp4
-train plans have no GPU code yet: te-run --backend gpu says why, exit code 4). See README.md,
+Train plans (--mode train) run on the GPU as one CUDA graph under bf16, fp8-current,
+fp8-delayed and fp8-block, and on the CPU reference executor under every recipe (mxfp8 and
+nvfp4 train plans have no GPU code yet: te-run --backend gpu says why, exit code 4). See README.md,
 "Training" and "Status".)";
 
 std::string human_bytes(int64_t bytes) {

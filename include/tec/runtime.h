@@ -118,7 +118,7 @@ class Session {
   // a restored session continues bit-identically.
   Result<std::vector<uint8_t>> state() const;
   Status set_state(const std::vector<uint8_t>& bytes);
-  // Train plans (te-compile --mode train; on the GPU under bf16, fp8-current and fp8-delayed):
+  // Train plans (te-compile --mode train; on the GPU under bf16, fp8-current, fp8-delayed, fp8-block):
   // a runtime scalar the step reads, e.g. "optimizer.lr", or "first_microbatch" (0: reuse
   // the weights' copies the previous run made, TE's is_first_microbatch=False), or
   // "forward_only" (1: only the forward, e.g. to compute the loss whose gradient the next

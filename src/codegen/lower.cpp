@@ -134,18 +134,21 @@ class StepLowering {
   // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
   // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
   // only the cast pass runs.
-  void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr) {
+  void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr, bool rowwise_only = false) {
     const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows();
     const int64_t cols = producer.cols ? producer.cols : v.proto.shape.cols();
+    const Quantizer* block = v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block ? &*v.proto.quantizer : nullptr;
+    if (block && !rowwise_only && (block->block_rows == 128 || v.proto.usage.columnwise))
+      return emit_block_copies(producer, v, rows, cols);
     // A columnwise copy (training: wgrad's x and dy, dgrad's W) of a per-tensor FP8 tensor is
     // its rowwise codes transposed (LAYOUTS.md 1.1), made by a transpose kernel afterwards.
-    const bool transposed_copy = v.proto.quantizer && v.proto.usage.columnwise;
+    const bool transposed_copy = v.proto.quantizer && v.proto.usage.columnwise && !rowwise_only;
     if (transposed_copy) {
       const QuantizerKind kind = v.proto.quantizer->kind;
       if (kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed)
         throw NotLowered{"'" + v.name + "' needs a columnwise " + std::string(tec::to_string(kind)) +
-                         " copy (training); the GPU makes columnwise copies of per-tensor FP8 (fp8-current, fp8-delayed) only so "
-                         "far, the other recipes train on the CPU reference"};
+                         " copy (training); the GPU makes columnwise copies of FP8 per tensor and in blocks (fp8-current, "
+                         "fp8-delayed, fp8-block) only so far; mxfp8 and nvfp4 train on the CPU reference"};
       if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise FP8 copy without a rowwise one"};
     }
     std::vector<std::string> defines = producer.defines;
@@ -193,7 +196,6 @@ class StepLowering {
           slots[6] = buf(state_buffer_name(v.name, "scale"));
           break;
         case QuantizerKind::fp8_block:
-          if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 128x128 block quantization, which only constant weights get"};
           defines.push_back("TEC_OUT=12");
           split_rows = false;
           defines.push_back("TEC_OVERFLOW=" + std::string(v.proto.dtype == DType::bf16 ? "3.38953139e38f" : "3.402823466e38f"));
@@ -232,6 +234,51 @@ class StepLowering {
       push_row_launch(std::move(d), slots, rows, cols, split_rows ? row_chunks(rows, cols) : 1);
     }
     if (transposed_copy) push_transpose(data(v), role(v, BufferRole::columnwise_data), rows, cols);
+  }
+
+  // FP8 block scaling's copies the row kernel does not write (kernels/block_quantize.cu):
+  // 128x128 tiles in both directions (a train plan's weights, from their fp32 masters), and
+  // the 1x128 columnwise copy (wgrad's x and dy), from the producer's values in fp32 - what the
+  // reference quantizes, unrounded - with the 1x128 rowwise copy by the row kernel from them.
+  void emit_block_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
+    const Quantizer& q = *v.proto.quantizer;
+    const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == "TEC_PRODUCER=1" && producer.defines[1] == "TEC_IN_DTYPE=2";
+    std::string source = fp32_load ? producer.inputs[0].buffer : "";
+    if (source.empty()) {
+      source = add_workspace(v.name + ".fp32", TensorProto::dense(Shape{rows, cols}, DType::fp32));
+      emit_row_to(producer, rows, cols, source, DType::fp32);
+    }
+    const bool rowwise = v.proto.usage.rowwise, columnwise = v.proto.usage.columnwise;
+    const std::vector<std::string> defines = {
+        "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
+        "TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
+        "TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"), "TEC_AMAX_EPSILON=" + float_literal(q.amax_epsilon),
+        "TEC_OVERFLOW=" + std::string(v.proto.dtype == DType::bf16 ? "3.38953139e38f" : "3.402823466e38f"),
+        "TEC_ROWWISE=" + std::string(rowwise ? "1" : "0"), "TEC_COLUMNWISE=" + std::string(columnwise ? "1" : "0")};
+    constexpr int64_t kBlock = 128, kThreads = 256;
+    auto opt = [&](bool present, BufferRole r) { return present ? buf(role(v, r)) : LaunchArg{}; };
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"block_quantize.cu", defines, ""});
+    l.block = {kThreads, 1, 1};
+    l.early_launch = true;
+    if (q.block_rows == 128) {
+      if (rowwise) memset(role(v, BufferRole::scale_inv));  // the padding, zero as the reference leaves it
+      if (columnwise) memset(role(v, BufferRole::columnwise_scale_inv));
+      l.entry = "tec_block_quantize_2d";
+      l.grid = {(cols + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock, 1};
+      l.args = {buf(source), opt(rowwise, BufferRole::data), opt(rowwise, BufferRole::scale_inv), opt(columnwise, BufferRole::columnwise_data),
+                opt(columnwise, BufferRole::columnwise_scale_inv)};
+      out_.push_back(std::move(l));
+      return;
+    }
+    if (rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, /*rowwise_only=*/true);
+    memset(role(v, BufferRole::columnwise_scale_inv));
+    l.entry = "tec_block_quantize_columns";
+    l.grid = {(cols + kThreads - 1) / kThreads, (rows + kBlock - 1) / kBlock, 1};
+    l.args = {buf(source), buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv))};
+    out_.push_back(std::move(l));
   }
 
   void push_transpose(const std::string& from, const std::string& to, int64_t rows, int64_t cols) {
@@ -336,7 +383,7 @@ class StepLowering {
     defines.push_back("TEC_PASS=0");
     push_row_launch(std::move(defines),
                     {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
-                     LaunchArg{LaunchArg::Kind::value, "", rows}, {}, {}, {}, {}},
+                     LaunchArg{LaunchArg::Kind::value, "", rows}, producer.more[0], producer.more[1], producer.more[2], producer.more[3]},
                     rows, cols, producer.per_element ? row_chunks(rows, cols) : 1);
   }
 
@@ -627,18 +674,27 @@ class StepLowering {
       main_grad = &input(add, static_cast<size_t>(1 - from_gemm));
     }
     const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
+    auto is_block = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block; };
     for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
-      if (v->proto.quantizer && !fp8_per_tensor(*v))
+      if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v))
         throw NotLowered{"backward of linear '" + n.name + "' reads " + v->proto.quantizer->str() + " '" + v->name +
-                         "'; the GPU's backward GEMMs take per-tensor FP8 or 16-bit operands so far"};
-    // The operand whose [rows, k] matrix is `v` transposed: an FP8 tensor's columnwise copy, a
-    // 16-bit one read transposed.
+                         "'; the GPU's backward GEMMs take FP8 per tensor or in blocks, or 16-bit operands, so far"};
+    // cuBLASLt's scale mode of a quantized operand: one scale, 1x128 blocks along K (VEC128) or
+    // 128x128 tiles (a weight's, either direction).
+    auto scale_mode = [&](const Value& v) -> std::string {
+      if (!is_block(v)) return "tensor";
+      return v.proto.quantizer->block_rows == 128 ? "blk128x128" : "vec128";
+    };
+    // The operand whose [rows, k] matrix is `v` transposed: an FP8 tensor's columnwise copy (a
+    // block-scaled one with its own scales), a 16-bit one read transposed.
     auto transposed = [&](const Value& v) -> GemmOperand {
-      if (v.proto.quantizer) return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), "tensor", false};
+      if (v.proto.quantizer)
+        return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype,
+                role(v, is_block(v) ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", true};
     };
     auto as_is = [&](const Value& v) -> GemmOperand {
-      if (v.proto.quantizer) return {data(v), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), "tensor", false};
+      if (v.proto.quantizer) return {data(v), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", false};
     };
     auto check_types = [&](const GemmLaunch& gemm) {

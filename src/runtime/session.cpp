@@ -523,7 +523,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
 cudaGraphExec_t Session::graph_for(Selection selection) {
   Impl& s = *impl_;
   if (const auto it = s.graphs.find(selection); it != s.graphs.end()) return it->second.exec;
-  Impl::Graph& g = s.graphs[selection];  // owned (and destroyed) by the map from here on
+  Impl::Graph g;
   TEC_CUDA(cudaStreamBeginCapture(s.capture_stream, cudaStreamCaptureModeThreadLocal), "graph capture");
   try {
     enqueue(s.capture_stream, launches_of(selection), {});
@@ -531,11 +531,16 @@ cudaGraphExec_t Session::graph_for(Selection selection) {
     cudaGraph_t broken = nullptr;
     cudaStreamEndCapture(s.capture_stream, &broken);
     if (broken) cudaGraphDestroy(broken);
-    s.graphs.erase(selection);
     throw;
   }
   TEC_CUDA(cudaStreamEndCapture(s.capture_stream, &g.graph), "graph capture");
-  TEC_ACQUIRE(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
+  try {
+    TEC_ACQUIRE(cudaGraphInstantiate(&g.exec, g.graph, 0), "graph instantiate");
+  } catch (...) {
+    cudaGraphDestroy(g.graph);
+    throw;
+  }
+  s.graphs[selection] = g;  // only a complete graph: the map owns (and destroys) it from here on
   return g.exec;
 }
 

@@ -3,6 +3,7 @@
 // recipes without a GPU path yet say why. tests/gpu/train_gpu_test.cpp runs these on the GPU.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "codegen/kernel_sources.h"
@@ -45,9 +46,9 @@ std::string columnwise(const std::string& value) { return value_buffer_name(valu
 
 }  // namespace
 
-TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current and fp8-delayed, with AdamW too") {
+TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current, fp8-delayed and fp8-block, with AdamW too") {
   for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json"})
-    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
       for (auto optimizer : {TrainOptions::Optimizer::none, TrainOptions::Optimizer::adamw}) {
         CAPTURE(model);
         CAPTURE(to_string(recipe));
@@ -140,6 +141,26 @@ TEST_CASE("every columnwise FP8 copy of a train plan is made by a transpose of i
   }
 }
 
+TEST_CASE("a norm's forward in a train plan hands its row kernel the buffers for mean and rsigma, on every path") {
+  // fp8-block stages the norm's output in fp32 for its columnwise copy: that launch saves the
+  // statistics too (a null slot there was an illegal address on the H100).
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_block}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered_train("mlp_tiny.json", recipe, {}, 128);
+    int saving = 0;
+    for (const Launch* l : launches_of(r.profiles.at(0), "ln")) {
+      if (l->kind != Launch::Kind::kernel) continue;
+      const auto& defines = r.code.modules.at(static_cast<size_t>(l->module)).defines;
+      if (std::find(defines.begin(), defines.end(), "TEC_SAVE_STATS=1") == defines.end()) continue;
+      ++saving;
+      REQUIRE(l->args.size() == 12);
+      CHECK(l->args[10].buffer == data("ln.mean"));
+      CHECK(l->args[11].buffer == data("ln.rsigma"));
+    }
+    CHECK(saving >= 1);  // current scaling: the amax pass and the cast pass both write them (the same values)
+  }
+}
+
 TEST_CASE("AdamW is a one-thread launch advancing the step, then one launch over every parameter") {
   TrainOptions train;
   train.optimizer = TrainOptions::Optimizer::adamw;
@@ -174,8 +195,31 @@ TEST_CASE("every kernel of a train plan that may launch before the previous one 
   }
 }
 
-TEST_CASE("train plans under fp8-block, mxfp8 and nvfp4 have no GPU code yet, and say why") {
-  for (RecipeKind recipe : {RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4}) {
+TEST_CASE("fp8-block backward GEMMs read the columnwise copies with their own block scales: 128x128 for W, 1x128 along T") {
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::fp8_block, {}, 128);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  std::vector<const GemmLaunch*> gemms;
+  for (const Launch* l : launches_of(p, "fc2.backward+fc2.weight.main_grad@1"))
+    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  REQUIRE(gemms.size() == 2);
+  CHECK(gemms[0]->a.buffer == columnwise("fc2.weight"));
+  CHECK(gemms[0]->a.scale_inv == value_buffer_name("fc2.weight", BufferRole::columnwise_scale_inv));
+  CHECK(gemms[0]->a.scale_mode == "blk128x128");
+  CHECK(gemms[0]->b.scale_mode == "vec128");
+  CHECK(gemms[1]->a.buffer == columnwise("act"));
+  CHECK(gemms[1]->a.scale_inv == value_buffer_name("act", BufferRole::columnwise_scale_inv));
+  CHECK(gemms[1]->a.scale_mode == "vec128");
+  CHECK(gemms[1]->b.scale_mode == "vec128");
+  // The weights' tiles, both directions in one kernel, straight from the fp32 master.
+  const std::vector<const Launch*> workspace = launches_of(p, "fc1.weight.workspace");
+  const auto tiles = std::find_if(workspace.begin(), workspace.end(), [](const Launch* l) { return l->entry == "tec_block_quantize_2d"; });
+  REQUIRE(tiles != workspace.end());
+  CHECK((*tiles)->args.at(0).buffer == data("fc1.weight.master"));
+}
+
+TEST_CASE("train plans under mxfp8 and nvfp4 have no GPU code yet, and say why") {
+  for (RecipeKind recipe : {RecipeKind::mxfp8, RecipeKind::nvfp4}) {
     CAPTURE(to_string(recipe));
     const CompileResult r = lowered_train("mlp_tiny.json", recipe);
     const CompiledProfile& p = r.profiles.at(0);

@@ -261,11 +261,15 @@ int train_plans_test(const std::string& arch) {
   for (RecipeKind r : recipes) cases.push_back({"swiglu_mlp.json", r, {32}});
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_current, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"swiglu_mlp.json", RecipeKind::bf16, {32}, TrainOptions::Optimizer::adamw});
+  cases.push_back({"mlp_tiny.json", RecipeKind::fp8_block, {128}, TrainOptions::Optimizer::adamw});
   if (!std::getenv("TEC_GPU_TEST_SMALL"))
-    for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed}) cases.push_back({"mlp.json", r, {16, 2048}});
+    for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
+      cases.push_back({"mlp.json", r, {16, 2048}});
   std::printf("train plans on the GPU:\n");
   int failures = 0;
+  const char* only_recipe = std::getenv("TEC_GPU_TEST_RECIPE");  // e.g. fp8-block: that recipe's cases alone
   for (const TrainCase& c : cases) {
+    if (only_recipe && to_string(c.recipe) != only_recipe) continue;
     try {
       failures += run_train_case(c, arch);
     } catch (const std::exception& e) {
