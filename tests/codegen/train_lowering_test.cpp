@@ -41,6 +41,14 @@ std::vector<const Launch*> launches_of(const CompiledProfile& p, const std::stri
   return out;
 }
 
+// The GEMMs of a step: dgrad, then wgrad, for a linear's backward.
+std::vector<const GemmLaunch*> gemms_of(const CompiledProfile& p, const std::string& step) {
+  std::vector<const GemmLaunch*> out;
+  for (const Launch* l : launches_of(p, step))
+    if (l->kind == Launch::Kind::gemm) out.push_back(&l->gemm);
+  return out;
+}
+
 std::string data(const std::string& value) { return value_buffer_name(value, BufferRole::data); }
 std::string columnwise(const std::string& value) { return value_buffer_name(value, BufferRole::columnwise_data); }
 
@@ -65,9 +73,7 @@ TEST_CASE("fp8 backward GEMMs read the columnwise copies, TN, with split accumul
   const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::fp8_current);
   const CompiledProfile& p = r.profiles.at(0);
   REQUIRE(p.gpu.supported);
-  std::vector<const GemmLaunch*> gemms;
-  for (const Launch* l : launches_of(p, "fc2.backward+fc2.weight.main_grad@1"))
-    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  const std::vector<const GemmLaunch*> gemms = gemms_of(p, "fc2.backward+fc2.weight.main_grad@1");
   REQUIRE(gemms.size() == 2);
   const GemmLaunch& dgrad = *gemms[0];  // dx [T, F] = dy [T, H] . W2 [H, F]
   CHECK(dgrad.m == 32);
@@ -104,9 +110,7 @@ TEST_CASE("bf16 backward GEMMs read dy, x and W in place, transposed by cuBLASLt
   const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::bf16);
   const CompiledProfile& p = r.profiles.at(0);
   REQUIRE(p.gpu.supported);
-  std::vector<const GemmLaunch*> gemms;
-  for (const Launch* l : launches_of(p, "fc1.backward+fc1.weight.main_grad@1"))
-    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  const std::vector<const GemmLaunch*> gemms = gemms_of(p, "fc1.backward+fc1.weight.main_grad@1");
   REQUIRE(gemms.size() == 2);
   CHECK(gemms[0]->a.buffer == data("fc1.weight"));
   CHECK(gemms[0]->a.transposed);
@@ -199,9 +203,7 @@ TEST_CASE("fp8-block backward GEMMs read the columnwise copies with their own bl
   const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::fp8_block, {}, 128);
   const CompiledProfile& p = r.profiles.at(0);
   REQUIRE(p.gpu.supported);
-  std::vector<const GemmLaunch*> gemms;
-  for (const Launch* l : launches_of(p, "fc2.backward+fc2.weight.main_grad@1"))
-    if (l->kind == Launch::Kind::gemm) gemms.push_back(&l->gemm);
+  const std::vector<const GemmLaunch*> gemms = gemms_of(p, "fc2.backward+fc2.weight.main_grad@1");
   REQUIRE(gemms.size() == 2);
   CHECK(gemms[0]->a.buffer == columnwise("fc2.weight"));
   CHECK(gemms[0]->a.scale_inv == value_buffer_name("fc2.weight", BufferRole::columnwise_scale_inv));
