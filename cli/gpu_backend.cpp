@@ -188,6 +188,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
       if (b.region != "constants" && b.bytes > 0)
         session.upload(static_cast<int>(i), initial_arena.data() + b.offset, static_cast<size_t>(b.bytes), stream);
     }
+    session.remake_weight_workspace(stream);  // the restored workspace holds no copies yet, whatever first_microbatch says
     json steps = json::array();
     for (int run = 0; run < verify_runs; ++run) {
       session.poison(stream);
