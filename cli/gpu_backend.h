@@ -19,7 +19,7 @@ struct GpuRunOptions {
   int rotate = 1;  // sessions timed in turn
   bool no_graph = false, verify_cpu = false, profile = false;
   int verify_steps = 3;  // train plans: training steps --verify-cpu checks, state carried over
-  std::vector<std::pair<std::string, float>> scalars;  // train plans: runtime scalars set before the runs
+  std::vector<std::pair<std::string, float>> scalars;  // train plans: runtime scalars (names checked) set before the runs
   std::string json_path, trace_path, save_dir;
 };
 

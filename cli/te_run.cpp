@@ -202,6 +202,9 @@ int main(int argc, char** argv) {
       const float v = std::strtof(value.c_str(), &end);
       if (value.empty() || *end != '\0' || !std::isfinite(v))
         throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": not a finite number");
+      const auto& known = plan.profiles.at(0).runtime_scalars;  // every profile of a plan has the same
+      if (std::find(known.begin(), known.end(), name) == known.end())
+        throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": the plan has no runtime scalar '" + name + "'");
       runtime_scalars.emplace_back(name, v);
     }
     if (do_inspect) inspect(plan);
@@ -243,12 +246,7 @@ int main(int argc, char** argv) {
       tec::NpyArray array = tec::read_npy(file);
       session.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
     }
-    for (const auto& [name, value] : runtime_scalars) {
-      const auto& known = profile.runtime_scalars;
-      if (std::find(known.begin(), known.end(), name) == known.end())
-        throw tec::Error(ErrorKind::usage, {}, "--scalar " + name + ": the plan has no runtime scalar '" + name + "'");
-      session.set_scalar(name, value);
-    }
+    for (const auto& [name, value] : runtime_scalars) session.set_scalar(name, value);
     for (int i = 0; i < iterations; ++i) session.run();
     std::printf("outputs after %d run(s):\n", iterations);
     if (!save_dir.empty()) std::filesystem::create_directories(save_dir);

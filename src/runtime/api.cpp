@@ -280,7 +280,7 @@ Status Session::set_scalar(const std::string& name, double value) {
     const auto f = static_cast<float>(value);
     TEC_USAGE_CHECK(std::isfinite(f), ctx) << "runtime scalar '" << name << "' must be a finite float, got " << value;
     if (impl_->gpu) impl_->gpu->set_scalar(name, f, nullptr);
-    else impl_->write(p.tensors.at(name).buffers.at(BufferRole::data), &f);
+    else impl_->cpu->set_scalar(name, f);
     return Status{};
   });
 }

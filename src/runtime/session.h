@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <compare>
 #include <functional>
 #include <memory>
 #include <string>
@@ -93,9 +94,7 @@ class Session {
   // Which launches a run makes (indices into the profile's launches), from the scalars.
   struct Selection {
     bool weight_workspace = true, forward_only = false;
-    bool operator<(const Selection& o) const {
-      return std::pair(weight_workspace, forward_only) < std::pair(o.weight_workspace, o.forward_only);
-    }
+    auto operator<=>(const Selection&) const = default;
   };
   Selection next_selection();
   cudaGraphExec_t graph_for(Selection selection);

@@ -240,6 +240,13 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
             .find("which is a constant") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["algo"] = {{"tuned", "zz"}, {"cublaslt", "1"}, {"gpu", "x"}}; })
             .find("128 lowercase hex digits") != std::string::npos);
+  // Train plans' fields: 16-bit operands may be read transposed, FP8 ones never (TN only).
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["a"]["transposed"] = true; })
+            .find("FP8 GEMM operands cannot be transposed") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["b"]["transposed"] = "yes"; })
+            .find("expected a boolean, got \"yes\"") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["args"] = std::vector<std::nullptr_t>(65, nullptr); })
+            .find("at most 64 kernel argument slots") != std::string::npos);
 }
 
 TEST_CASE("device layouts: unknown names, buffers they cannot apply to, and profiles that disagree are rejected") {
