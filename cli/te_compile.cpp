@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "compiler.h"
+#include "ir/grouped_tensor.h"
 #include "runtime/session.h"
 #include "passes/memory_plan.h"
 #include "plan/dot.h"
@@ -183,6 +184,22 @@ nlohmann::json dump_after_pass(const tec::CompileResult& result, const std::stri
   return {{"after", pass}, {"profiles", profiles}};
 }
 
+// Grouped weights (an MoE layer's experts): per buffer role, each member's bytes and offset.
+nlohmann::json grouped_of(const tec::Graph& g) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const tec::Value& v : g.values) {
+    if (!v.proto.is_grouped()) continue;
+    nlohmann::json buffers = nlohmann::json::array();
+    for (const auto& b : tec::GroupedTensor::uniform(v.proto).buffers(g.target))
+      buffers.push_back({{"role", tec::to_string(b.spec.role)}, {"dtype", tec::to_string(b.spec.dtype)}, {"bytes", b.spec.bytes},
+                         {"member_bytes", b.member_bytes}, {"offsets", b.offsets}});
+    out.push_back({{"name", v.name}, {"members", v.proto.group_members}, {"shape", v.proto.shape.dims},
+                   {"quantizer", v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))},
+                   {"buffers", buffers}});
+  }
+  return out;
+}
+
 nlohmann::json report_of(const tec::CompileResult& result, const std::string& model) {
   nlohmann::json profiles = nlohmann::json::array();
   for (const auto& p : result.profiles) {
@@ -196,6 +213,7 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
                         {"scratch_peak_bytes", p.memory.scratch_peak_bytes},
                         {"scratch_naive_bytes", p.memory.scratch_naive_bytes},
                         {"constant_bytes", p.memory.constant_bytes},
+                        {"grouped", grouped_of(p.graph)},
                         {"gpu", p.gpu.supported ? nlohmann::json{{"supported", true}}
                                                 : nlohmann::json{{"supported", false}, {"reason", p.gpu.reason}, {"step", p.gpu.step},
                                                                  {"node", p.gpu.node}, {"op", p.gpu.op}}}});

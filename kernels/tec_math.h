@@ -249,6 +249,43 @@ TEC_HD bool tec_dropout_keep(unsigned long long seed, unsigned long long index, 
   return u >= p;
 }
 
+// An MoE router's choice for one token (moe_router): from the expert logits, the scores
+// (softmax over every expert, or each expert's sigmoid), then the top k scores, highest first,
+// ties to the lower expert index; normalize: the k weights divided by their sum. Sums run
+// left to right over the experts, so one GPU thread per token gives the reference's bits.
+#define TEC_SCORE_SOFTMAX 0
+#define TEC_SCORE_SIGMOID 1
+TEC_HD void tec_router_select(float* scores, int experts, int k, int score_function, int normalize, float* weights,
+                              int* indices) {
+  if (score_function == TEC_SCORE_SOFTMAX) {
+    float max = scores[0];
+    for (int e = 1; e < experts; ++e) max = scores[e] > max ? scores[e] : max;
+    float sum = 0.0f;
+    for (int e = 0; e < experts; ++e) {
+      scores[e] = tec_exp(scores[e] - max);
+      sum = sum + scores[e];
+    }
+    for (int e = 0; e < experts; ++e) scores[e] = scores[e] / sum;
+  } else {
+    for (int e = 0; e < experts; ++e) scores[e] = 1.0f / (1.0f + tec_exp(-scores[e]));
+  }
+  float total = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < experts; ++e) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken = taken || indices[i] == e;
+      // NaN scores (a NaN token) lose to every number, and the lowest free index wins then.
+      if (!taken && (best < 0 || scores[e] > scores[best] || (scores[best] != scores[best] && scores[e] == scores[e]))) best = e;
+    }
+    indices[j] = best;
+    weights[j] = scores[best];
+    total = total + weights[j];
+  }
+  if (normalize)
+    for (int j = 0; j < k; ++j) weights[j] = weights[j] / total;
+}
+
 // Column sums over the rows of a [rows, cols] matrix (dbias, dgamma, dbeta) in the order the
 // GPU's two column kernels (kernels/column_sum.cu) add them: rows in chunks of
 // TEC_COLUMN_CHUNK_ROWS, each chunk summed top-down into a partial, then the partials top-down.

@@ -1,6 +1,5 @@
 #include "plan_builder.h"
 
-#include <cfloat>
 #include <cmath>
 #include <filesystem>
 #include <optional>
@@ -73,10 +72,7 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
           << "an fp8_static weight without the model's scales";
       state.static_scale_inv = *v.weight->static_scales->scale_inv;
     }
-    if (v.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
-      state.delayed_scale =
-          reference::scale_from_amax(reference::abs_max_of(values), max_finite(v.proto.quantizer->dtype), false, 0.0f, FLT_MAX);
-    }
+    state.delayed_scale_from_own_amax = v.proto.quantizer->kind == QuantizerKind::fp8_delayed;
     reference::quantize(v.proto, values, out, p.graph.target, state);
   }
   return blob;
@@ -229,6 +225,7 @@ json profile_manifest(const CompiledProfile& p) {
            {"buffers", tensor_buffers.count(storage) ? tensor_buffers[storage] : json::object()},
            {"state", tensor_state.count(v.name) ? tensor_state[v.name] : json::object()}};
     if (v.storage) t["storage"] = storage;
+    if (v.proto.is_grouped()) t["group_members"] = v.proto.group_members;
     if (v.proto.quantizer && tensor_state.count(v.name)) delayed.push_back(v.name);
     tensors.push_back(std::move(t));
   }

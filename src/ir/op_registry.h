@@ -32,6 +32,8 @@ struct ParamSpec {
   DType dtype;
   float init_mean = 0.0f;    // seeded random initialisation
   float init_stddev = 0.0f;
+  // > 1: a grouped weight of this many members along dim 0 (TensorProto::group_members).
+  int64_t group_members = 0;
 };
 
 // An input slot that a GEMM reads, and the role the recipe quantizes it for.
@@ -81,6 +83,9 @@ struct OpDef {
   std::string summary;
   int min_inputs = 1;  // activation inputs, params not counted
   int max_inputs = 1;
+  // Outputs after the first (moe_permute's m_splits and row map): a JSON graph names them
+  // "<node>.<suffix>", the first output "<node>".
+  std::vector<std::string> extra_outputs;
   std::vector<AttrSpec> attrs;
   // Checks across attributes beyond the schema (ranges, combinations). Optional.
   std::function<void(const Attributes&, const ErrorContext&)> check_attributes;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "ir/grouped_tensor.h"
 
 namespace tec {
 
@@ -168,6 +169,10 @@ void fp8_static_buffers(const TensorProto& t, std::vector<BufferSpec>& out) {
 
 std::vector<BufferSpec> TensorProto::buffers(const Target& target) const {
   std::vector<BufferSpec> out;
+  if (is_grouped()) {
+    for (GroupedBuffer& b : GroupedTensor::uniform(*this).buffers(target)) out.push_back(std::move(b.spec));
+    return out;
+  }
   if (!quantizer) {
     out.push_back(make_buffer(BufferRole::data, shape, dtype, kDataAlignment));
     return out;

@@ -60,6 +60,10 @@ struct TensorProto {
   std::optional<Quantizer> quantizer;
   Usage usage;
   bool requires_grad = false;
+  // > 1: a grouped tensor of this many equal members along dim 0 (an MoE layer's
+  // [experts, N, K] weight, each expert with its own scales): buffers() packs the members'
+  // buffers as GroupedTensor does (ir/grouped_tensor.h). 0: one tensor.
+  int64_t group_members = 0;
 
   static TensorProto dense(Shape shape, DType dtype);
   TensorProto with_quantizer(std::optional<Quantizer> q) const;
@@ -67,6 +71,7 @@ struct TensorProto {
   TensorProto update_usage(Usage new_usage) const;
 
   bool is_quantized() const { return quantizer.has_value(); }
+  bool is_grouped() const { return group_members > 1; }
   // Throws Error(invalid_input) when the shape does not fit the quantizer's blocks for the
   // requested usage (e.g. MXFP8 columnwise needs M % 32 == 0).
   std::vector<BufferSpec> buffers(const Target& target = {}) const;

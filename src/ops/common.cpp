@@ -15,6 +15,7 @@ const OpRegistry& builtin_ops() {
     register_shape_ops(r);
     register_tensor_math_ops(r);
     register_optimizer_ops(r);
+    register_moe_ops(r);
     return r;
   }();
   return registry;

@@ -177,7 +177,12 @@ void Session::set_input(const std::string& name, const HostTensor& values) {
 void Session::randomize_inputs(uint64_t seed) {
   for (const std::string& name : profile_.inputs) {
     const plan::Tensor& t = tensor_named(profile_, name);
-    set_input(name, HostTensor{t.proto.shape, random_weight(seed, name, t.proto.shape.numel(), 0.0f, 1.0f)});
+    std::vector<float> values = random_weight(seed, name, t.proto.shape.numel(), 0.0f, 1.0f);
+    // An int32 input (routing given from outside) gets 0 or 1: expert indices valid for any
+    // layer of two or more experts; m_splits need real values (te-run --input).
+    if (t.proto.dtype == DType::int32)
+      for (float& v : values) v = v > 0.0f ? 1.0f : 0.0f;
+    set_input(name, HostTensor{t.proto.shape, std::move(values)});
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ir/grouped_tensor.h"
 #include "reference/convert.h"
 
 namespace tec::reference {
@@ -76,6 +77,8 @@ void quantize_per_tensor(const TensorProto& p, const Matrix& x, const BufferMap&
   float scale;
   if (q.kind == QuantizerKind::fp8_current) {
     scale = scale_from_amax(amax, max_finite(q.dtype), q.force_pow2_scales, q.amax_epsilon, FLT_MAX);
+  } else if (state.delayed_scale_from_own_amax) {
+    scale = scale_from_amax(amax, max_finite(q.dtype), false, 0.0f, FLT_MAX);
   } else {
     scale = state.delayed_scale;
     if (state.delayed_amax) *state.delayed_amax = std::fmax(*state.delayed_amax, amax);
@@ -316,9 +319,35 @@ void delayed_scaling_update(std::span<float> history, float& scale, float fp8_ma
   }
 }
 
+namespace {
+
+// Member i's slice of every buffer of a grouped tensor.
+BufferMap member_slices(const std::vector<GroupedBuffer>& buffers, const BufferMap& whole, int64_t i) {
+  BufferMap out;
+  for (const GroupedBuffer& b : buffers) {
+    std::span<uint8_t> all = buffer(whole, b.spec.role, b.spec.bytes);
+    out[b.spec.role] = all.subspan(static_cast<size_t>(b.offsets[static_cast<size_t>(i)]),
+                                   static_cast<size_t>(b.member_bytes[static_cast<size_t>(i)]));
+  }
+  return out;
+}
+
+}  // namespace
+
 void quantize(const TensorProto& proto, std::span<const float> x, const BufferMap& out, const Target& target,
               QuantizeState state) {
   TEC_INTERNAL_CHECK(proto.quantizer.has_value(), {}) << "quantize needs a quantized proto";
+  if (proto.is_grouped()) {
+    TEC_INTERNAL_CHECK(state.delayed_amax == nullptr && state.static_scale_inv.empty(), {})
+        << "grouped tensors are constants: no delayed amax history, no static scales";
+    const GroupedTensor group = GroupedTensor::uniform(proto);
+    const auto buffers = group.buffers(target);
+    const auto member_values = static_cast<size_t>(group.member(0).shape.numel());
+    for (int64_t i = 0; i < group.size(); ++i)
+      quantize(group.member(i), x.subspan(static_cast<size_t>(i) * member_values, member_values), member_slices(buffers, out, i),
+               target, state);
+    return;
+  }
   TEC_INTERNAL_CHECK(static_cast<int64_t>(x.size()) == proto.shape.numel(), {}) << "quantize: wrong input size";
   const Matrix m{x, proto.shape.rows(), proto.shape.cols()};
   switch (proto.quantizer->kind) {
@@ -332,6 +361,16 @@ void quantize(const TensorProto& proto, std::span<const float> x, const BufferMa
 }
 
 std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool columnwise, const Target& t) {
+  if (p.is_grouped()) {
+    const GroupedTensor group = GroupedTensor::uniform(p);
+    const auto buffers = group.buffers(t);
+    std::vector<float> out;
+    for (int64_t i = 0; i < group.size(); ++i) {
+      const std::vector<float> member = dequantize(group.member(i), member_slices(buffers, in, i), columnwise, t);
+      out.insert(out.end(), member.begin(), member.end());
+    }
+    return out;
+  }
   const Quantizer& q = *p.quantizer;
   const int64_t m = p.shape.rows(), k = p.shape.cols();
   std::vector<float> out(static_cast<size_t>(m * k));
@@ -405,8 +444,8 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
 }
 
 std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
-  if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::uint8)
-    TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype or a mask";
+  if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::uint8 && dtype != DType::int32)
+    TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype, a mask or an index";
   std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
   for_chunks(values.size(), [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) {
@@ -414,6 +453,10 @@ std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
         std::memcpy(&out[4 * i], &values[i], 4);
       } else if (dtype == DType::uint8) {  // a dropout mask: 0 or 1
         out[i] = values[i] != 0.0f ? 1 : 0;
+      } else if (dtype == DType::int32) {  // routing indices, exact in float below 2^24
+        const float clamped = std::fmin(std::fmax(values[i], -2147483648.0f), 2147483520.0f);
+        const int32_t index = clamped == clamped ? static_cast<int32_t>(clamped) : 0;
+        std::memcpy(&out[4 * i], &index, 4);
       } else {
         const uint16_t half = dtype == DType::bf16 ? float_to_bf16(values[i]) : float_to_fp16(values[i]);
         std::memcpy(&out[2 * i], &half, 2);
@@ -439,6 +482,12 @@ std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes) {
         out[i] = fp16_to_float(h);
         break;
       case DType::uint8: out[i] = bytes[i]; break;
+      case DType::int32: {
+        int32_t index;
+        std::memcpy(&index, &bytes[4 * i], 4);
+        out[i] = static_cast<float>(index);
+        break;
+      }
       default: TEC_INTERNAL_ERROR({}) << "decode_values: " << to_string(dtype) << " is not a high-precision dtype";
     }
   }

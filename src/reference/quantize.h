@@ -25,6 +25,9 @@ struct QuantizeState {
   float delayed_scale = 1.0f;    // fp8_delayed: the scale to cast with
   float* delayed_amax = nullptr;  // fp8_delayed: amax_history[0], max-merged with max|x|
   std::span<const float> static_scale_inv;  // fp8_static of a weight: the model's scales
+  // fp8_delayed of a constant (a weight quantized by the compiler): the scale comes from the
+  // tensor's own amax, each member's own for a grouped tensor, and delayed_scale is unused.
+  bool delayed_scale_from_own_amax = false;
 };
 
 // fp8_static: the scale_inv of element (r, c) of a tensor with K columns, as its scale_inv
@@ -39,6 +42,7 @@ using BufferMap = std::map<BufferRole, std::span<uint8_t>>;
 
 // Quantizes x ([M, K] row-major, values of the tensor's nominal dtype) into `out`, one span
 // per buffer of proto.buffers(target), each of exactly that buffer's size. Padding is zeroed.
+// A grouped proto quantizes each member into its slices of the buffers (GroupedTensor).
 void quantize(const TensorProto& proto, std::span<const float> x, const BufferMap& out, const Target& target = {},
               QuantizeState state = {});
 

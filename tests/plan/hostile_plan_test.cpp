@@ -211,6 +211,21 @@ TEST_CASE("references to missing buffers and tensors") {
         }).find("does not match tensor 'y'") != std::string::npos);
 }
 
+TEST_CASE("grouped tensors: only weights of shape [members, ...], with buffers of the grouped size") {
+  auto tensor = [](nlohmann::json& m, const std::string& name) -> nlohmann::json& {
+    for (auto& t : m["profiles"][0]["tensors"])
+      if (t["name"] == name) return t;
+    FAIL("no tensor " << name);
+    throw;
+  };
+  CHECK(manifest_error([&](auto& m) { tensor(m, "x")["group_members"] = 2; }).find("a grouped tensor is a weight") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = 3; })
+            .find("a grouped tensor is a weight of shape [group_members, ...]") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = "8"; }).find("expected an integer in [2,") != std::string::npos);
+  // fc1.weight is [256, 64]: as 256 members of [64] its buffers would be 256 scales, not the one listed.
+  CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = 256; }).find("fc1.weight") != std::string::npos);
+}
+
 TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are rejected at load") {
   // The first launch of a kind (T=32 runs its GEMMs in tec's small-M kernel, T=128 in cuBLASLt).
   auto launch = [](nlohmann::json& m, const char* kind) -> nlohmann::json& {

@@ -182,7 +182,12 @@ Recipe parse_recipe(const json& v, const Where& at, const FrontendOptions& optio
 // Kahn's algorithm over op names; a leftover op means a cycle, reported with its path.
 std::vector<size_t> topological_order(const json& ops, const Where& at, const std::set<std::string>& graph_inputs) {
   std::map<std::string, size_t> producer;
-  for (size_t i = 0; i < ops.size(); ++i) producer[ops[i]["name"].get<std::string>()] = i;
+  const OpRegistry& registry = builtin_ops();
+  for (size_t i = 0; i < ops.size(); ++i) {
+    producer[ops[i]["name"].get<std::string>()] = i;
+    for (const std::string& suffix : registry.get(ops[i]["op"].get<std::string>()).extra_outputs)
+      producer[ops[i]["name"].get<std::string>() + "." + suffix] = i;
+  }
   std::vector<std::vector<size_t>> deps(ops.size());
   for (size_t i = 0; i < ops.size(); ++i)
     for (const auto& in : ops[i].value("inputs", json::array())) {
@@ -256,6 +261,7 @@ void check_structure(Model& m) {
     TEC_USER_CHECK(!registry.find(op)->compiler_only, (at / "op").context(name, op))
         << "op '" << op << "' is made by te-compile itself (e.g. --optimizer adamw), not written in a model";
     define(name, at / "name");
+    for (const std::string& suffix : registry.find(op)->extra_outputs) define(name + "." + suffix, at / "name");
     const json& op_inputs = required(ops[i], at, "inputs");
     TEC_USER_CHECK(op_inputs.is_array(), (at / "inputs").context(name, op)) << "inputs must be an array of value names";
     for (size_t j = 0; j < op_inputs.size(); ++j) (void)get_string(op_inputs[j], at / "inputs" / j);
@@ -394,9 +400,10 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
     if (inputs[i].contains("dtype")) {
       const std::string d = get_string(inputs[i]["dtype"], at / "dtype");
       auto parsed = parse_dtype(d);
-      TEC_USER_CHECK(parsed && (*parsed == DType::bf16 || *parsed == DType::fp16 || *parsed == DType::fp32),
+      TEC_USER_CHECK(parsed && (*parsed == DType::bf16 || *parsed == DType::fp16 || *parsed == DType::fp32 || *parsed == DType::int32),
                      (at / "dtype").context(v.name))
-          << "unknown input dtype '" << d << "'; expected bf16, fp16 or fp32";
+          << "unknown input dtype '" << d << "'; expected bf16, fp16, fp32, or int32 (routing given from outside: expert "
+             "indices, m_splits)";
       dtype = *parsed;
     }
     v.proto = TensorProto::dense(std::move(s), dtype);
@@ -405,6 +412,7 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
       TEC_USER_CHECK(inputs[i]["requires_grad"].is_boolean(), (at / "requires_grad").context(v.name)) << "expected a bool";
       v.proto.requires_grad = options.mode == Mode::train && inputs[i]["requires_grad"].get<bool>();
     }
+    if (dtype == DType::int32) v.proto.requires_grad = false;  // indices have no gradient
     g.inputs.push_back(g.add_value(std::move(v)));
   }
   const OpRegistry& registry = builtin_ops();
@@ -435,14 +443,19 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
         w.kind = ValueKind::weight;
         w.source = node.source;
         w.proto = TensorProto::dense(param.shape, param.dtype);
+        w.proto.group_members = param.group_members;
         w.weight = weight_source(m, param, w.name, at, node.name, node.op);
         node.inputs.push_back(g.add_value(std::move(w)));
       }
     }
-    Value out;
-    out.name = node.name;
-    out.source = node.source;
-    node.outputs.push_back(g.add_value(std::move(out)));
+    std::vector<std::string> output_names{node.name};
+    for (const std::string& suffix : def.extra_outputs) output_names.push_back(node.name + "." + suffix);
+    for (const std::string& name : output_names) {
+      Value out;
+      out.name = name;
+      out.source = node.source;
+      node.outputs.push_back(g.add_value(std::move(out)));
+    }
     g.add_node(std::move(node));
   }
   for (const auto& out : m.doc["outputs"]) g.outputs.push_back(*g.find_value(out.get<std::string>()));
