@@ -264,6 +264,11 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
         // A backward op is one GEMM of the forward's size per gradient of x and W it makes.
         const auto gemms = op.backward ? std::count_if(op.gradient_slots.begin(), op.gradient_slots.end(), [](int s) { return s < 2; }) : 1;
         flops += 2.0 * static_cast<double>(gemms) * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(w[0]);
+      } else if (op.op == "grouped_linear" && op.inputs.size() >= 3) {
+        // Every row goes through one expert's [N, K] weight, whatever the routing.
+        const Shape& x = profile.tensors.at(op.inputs[0]).proto.shape;
+        const Shape& w = profile.tensors.at(op.inputs[2]).proto.shape;
+        flops += 2.0 * static_cast<double>(x.rows()) * static_cast<double>(x.cols()) * static_cast<double>(w[1]);
       }
   double io_bytes = static_cast<double>(session.constant_bytes());
   for (const auto& b : profile.buffers)
@@ -272,7 +277,20 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   std::vector<runtime::Session*> timed{&session};
   for (int r = 1; r < o.rotate; ++r) {
     rotated.push_back(std::make_unique<runtime::Session>(plan, profile));
-    upload_inputs(*rotated.back());
+    if (o.rotate_seeds) {
+      reference::Session other(*plan, profile);
+      other.randomize_inputs(o.seed + static_cast<uint64_t>(r));
+      for (const auto& [name, file] : o.inputs) {
+        NpyArray array = read_npy(file);
+        other.set_input(name, HostTensor{array.shape, std::move(array.values)});
+      }
+      for (size_t i = 0; i < profile.buffers.size(); ++i)
+        if (profile.buffers[i].region == "input")
+          rotated.back()->upload(static_cast<int>(i), other.arena().data() + profile.buffers[i].offset,
+                                 static_cast<size_t>(profile.buffers[i].bytes), stream);
+    } else {
+      upload_inputs(*rotated.back());
+    }
     timed.push_back(rotated.back().get());
   }
   const Stats eager = stats_of(time_runs(timed, stream, o.warmup, o.iterations, false));
@@ -302,6 +320,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   report["iterations"] = o.iterations;
   report["warmup"] = o.warmup;
   report["rotate"] = o.rotate;
+  report["rotate_seeds"] = o.rotate_seeds;
   report["eager"] = stats_json(eager);
   if (!o.no_graph) report["graph"] = stats_json(graph);
   report["flops"] = flops;

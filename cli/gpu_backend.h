@@ -17,6 +17,7 @@ struct GpuRunOptions {
   uint64_t seed = 0;
   int iterations = 100, warmup = 10;
   int rotate = 1;  // sessions timed in turn
+  bool rotate_seeds = false;  // session i of --rotate gets random inputs of seed + i (new MoE routing every run)
   bool no_graph = false, verify_cpu = false, profile = false;
   int verify_steps = 3;  // train plans: training steps --verify-cpu checks, state carried over
   std::vector<std::pair<std::string, float>> scalars;  // train plans: runtime scalars (names checked) set before the runs

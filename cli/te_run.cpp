@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> inputs, shapes;
   uint64_t seed = 0;
   int iterations = 0, warmup = 10, rotate = 1;
-  bool do_inspect = false, no_graph = false, verify_cpu = false, profile_steps = false;
+  bool do_inspect = false, no_graph = false, rotate_seeds = false, verify_cpu = false, profile_steps = false;
   std::string json_path, trace_path;
   app.add_option("PLAN", plan_path, ".teplan file from te-compile")->required();
   app.add_option("--backend", backend, "gpu (default: the plan's CUDA graph) or cpu (the reference executor)")
@@ -166,6 +166,9 @@ int main(int argc, char** argv) {
                  "GPU: time N sessions in turn (each its own arena and copy of the inputs, constants shared), so "
                  "that no timed run reads inputs left in L2 by the previous one (default 1)")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--rotate-seeds", rotate_seeds,
+               "GPU, with --rotate N: session i gets random inputs from --seed + i (--input files stay), so that runs in turn "
+               "see different data, e.g. a new MoE routing every run");
   app.add_flag("--no-graph", no_graph, "GPU: time eager launches only, no CUDA graph replay");
   app.add_flag("--verify-cpu", verify_cpu,
                "GPU: run the same inputs on the CPU reference; per output |out-ref|/|ref| and max error, per step "
@@ -223,6 +226,7 @@ int main(int argc, char** argv) {
       o.iterations = iterations ? iterations : 100;
       o.warmup = warmup;
       o.rotate = rotate;
+      o.rotate_seeds = rotate_seeds;
       o.no_graph = no_graph;
       o.verify_cpu = verify_cpu;
       o.verify_steps = verify_steps;
@@ -233,8 +237,8 @@ int main(int argc, char** argv) {
       o.save_dir = save_dir;
       return tec::cli::run_gpu(shared_plan, o);
     }
-    if (verify_cpu || profile_steps || no_graph || rotate != 1 || !json_path.empty() || !trace_path.empty())
-      throw tec::Error(ErrorKind::usage, {}, "--verify-cpu, --profile, --rotate, --no-graph, --json and --trace are GPU options");
+    if (verify_cpu || profile_steps || no_graph || rotate != 1 || rotate_seeds || !json_path.empty() || !trace_path.empty())
+      throw tec::Error(ErrorKind::usage, {}, "--verify-cpu, --profile, --rotate, --rotate-seeds, --no-graph, --json and --trace are GPU options");
     if (iterations == 0) iterations = 1;
     const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
     std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),

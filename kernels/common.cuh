@@ -3,6 +3,8 @@
 // reference bytes agree by construction; tests/gpu checks it.
 #pragma once
 
+#include "status.h"
+
 typedef unsigned char u8;
 typedef unsigned short u16;
 typedef unsigned int u32;

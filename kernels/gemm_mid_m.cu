@@ -41,6 +41,7 @@
 // tec_mid_m_shared_bytes(TEC_M) of mid_m_layout.h.
 #define TEC_APPROX_GELU 1
 #include "gemm_epilogue.cuh"
+#include "hopper.cuh"
 #include "mid_m_layout.h"
 
 #define TEC_CONSUMERS TEC_MID_M_CONSUMERS(TEC_M)
@@ -62,50 +63,6 @@ constexpr int kStepBytes = 128;  // of K per pipeline step: one 128-byte swizzle
 constexpr int kWSlotBytes = TEC_MID_M_BLOCK_ROWS * kStepBytes;
 constexpr int kSlotBytes = TEC_MID_M_SLOT_BYTES(TEC_M);
 constexpr int kSteps = TEC_K / kStepBytes;
-
-__device__ __forceinline__ u32 tec_shared_address(const void* p) {
-  u32 address;
-  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(address) : "l"(p));
-  return address;
-}
-
-__device__ __forceinline__ void tec_barrier_init(u32 bar, u32 count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void tec_barrier_arrive(u32 bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void tec_barrier_arrive_expect_bytes(u32 bar, u32 bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void tec_barrier_wait(u32 bar, u32 parity) {
-  u32 done;
-  do {
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-
-// W is read once per run: first out of L2, so that it does not push out the activations.
-__device__ __forceinline__ void tec_bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar, unsigned long long policy) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "l"(policy)
-      : "memory");
-}
-__device__ __forceinline__ void tec_copy16(u32 dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
-}
-
-// A shared-memory matrix descriptor for a K-major operand in 128-byte swizzled 8-row groups:
-// start address, leading byte offset 16 (unused by this swizzle), stride 1024 bytes between
-// groups of 8 rows, swizzle mode 1 (128 bytes).
-__device__ __forceinline__ unsigned long long tec_sw128_descriptor(u32 address) {
-  return (unsigned long long)((address & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
-}
 
 // d += A (64 x 32, X) . B (128 x 32, W)^T; 64 fp32 accumulators per thread.
 __device__ __forceinline__ void tec_wgmma_m64n128k32(float (&d)[64], unsigned long long a, unsigned long long b) {
@@ -152,6 +109,7 @@ extern "C" __global__ void __launch_bounds__(128 * (TEC_CONSUMERS + 1), 1) tec_g
     const u8* w = (const u8*)args.slot[0];
     const u8* w_low = w + tec_mid_m_tiled_offset(row0, 0, TEC_K);       // rows 0-63 of the block
     const u8* w_high = w + tec_mid_m_tiled_offset(row0 + 64, 0, TEC_K);  // rows 64-127
+    // W is read once per run: first out of L2, so that it does not push out the activations.
     unsigned long long policy;
     asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
     for (int step = 0; step < kSteps; ++step) {

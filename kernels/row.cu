@@ -20,6 +20,9 @@
 // dy * act'(x) (TEC_ACT picks act; x in slot 0, dy in slot 1), 17 the gated activations'
 // [da | db] (x = [a | b] in slot 0, dy in slot 1, TEC_HALF = the width of a), 18 the norms'
 // dx (x, gamma, dy in slots 0-2, mean (layernorm, TEC_HAS_MEAN) in slot 8, rsigma in slot 9).
+// The MoE layer: 19 a gather of rows (moe_permute: output row r is input row slot 1[r], int32),
+// 20 the router-weighted sum of TEC_TOPK rows (moe_unpermute: y in slot 0, the row map in slot
+// 1, the weights in slot 2, the status word in slot 8, TEC_Y_ROWS = y's rows).
 // TEC_SAVE_STATS (forward norms of train plans): the row's mean to slot 10 (layernorm) and
 // rsigma to slot 11, for the backward.
 // Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
@@ -197,6 +200,23 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
                           tec_load<TEC_PARAM_DTYPE>(in1, tec_strided_offset(e, dims, b_strides)));
 #elif TEC_PRODUCER == 12
   return row.mean;
+#elif TEC_PRODUCER == 19
+  // moe_permute: row r of the tokens in expert order is token row_source[r] (kernels/moe.cu
+  // writes only tokens in range).
+  return tec_load<TEC_IN_DTYPE>(in0, (i64)((const int*)in1)[row.r] * TEC_N + i);
+#elif TEC_PRODUCER == 20
+  // moe_unpermute: sum over j of weights[t, j] * y[row_map[t k + j]], j from 0 up; a row map
+  // entry outside y's rows adds nothing and sets the status bit.
+  float acc = 0.0f;
+  for (int j = 0; j < TEC_TOPK; ++j) {
+    const int r = ((const int*)in1)[row.r * TEC_TOPK + j];
+    if (r < 0 || r >= TEC_Y_ROWS) {
+      atomicOr((int*)args.slot[8], TEC_STATUS_BAD_ROW_MAP);
+      continue;
+    }
+    acc += ((const float*)in2)[row.r * TEC_TOPK + j] * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
+  }
+  return acc;
 #elif TEC_PRODUCER == 15
   const i64 dims[] = {TEC_BCAST_DIMS}, strides[] = {TEC_A_STRIDES};
   return tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(row.r * TEC_N + i, dims, strides));

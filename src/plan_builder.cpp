@@ -152,6 +152,7 @@ json launches_manifest(const CompiledProfile& p) {
         for (const auto& a : l.args) {
           if (a.kind == codegen::LaunchArg::Kind::buffer) args.push_back({{"buffer", ref(a.buffer)}});
           else if (a.kind == codegen::LaunchArg::Kind::value) args.push_back({{"value", a.value}});
+          else if (a.kind == codegen::LaunchArg::Kind::status) args.push_back({{"status", a.value}});
           else args.push_back(nullptr);
         }
         j.update({{"module", l.module}, {"entry", l.entry}, {"grid", l.grid}, {"block", l.block}, {"args", args}});

@@ -7,6 +7,7 @@
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
 #include "mid_m_layout.h"
+#include "status.h"
 #include "ops/common.h"
 #include "passes/memory_plan.h"
 #include "plan/plan.h"
@@ -75,10 +76,10 @@ bool is_gated(const std::string& op) { return op == "swiglu" || op == "geglu"; }
 
 class StepLowering {
  public:
-  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma, bool mid_m,
+  StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma, bool hopper, bool mid_m,
                const WeightLayouts* layouts)
       : g_(g), step_(step), index_(index), modules_(modules), out_(out.launches), small_m_weights_(out.small_m_weights),
-        mid_m_weights_(out.mid_m_weights), fp8_mma_(fp8_mma), mid_m_(mid_m), layouts_(layouts) {}
+        mid_m_weights_(out.mid_m_weights), fp8_mma_(fp8_mma), hopper_(hopper), mid_m_(mid_m), layouts_(layouts) {}
 
   void lower() {
     if (step_.kind == StepKind::gemm)
@@ -418,6 +419,9 @@ class StepLowering {
     const Node& first = node(0);
     if (first.computes_backward) return lower_backward_kernel(first);
     if (first.op == "adamw") return lower_adamw(first);
+    if (first.op == "moe_router") return lower_moe_router(first);
+    if (first.op == "moe_permute") return lower_moe_permute(first);
+    if (first.op == "moe_unpermute") return lower_moe_unpermute(first);
     if (step_.nodes.size() > 2 || (step_.nodes.size() == 2 && node(1).op != "quantize"))
       throw NotLowered{"step '" + step_.name + "' chains ops the row kernel does not fuse yet"};
     const Value& out = output(g_.node(step_.nodes.back()));
@@ -733,6 +737,7 @@ class StepLowering {
 
   void lower_gemm() {
     const Node& linear = node(0);
+    if (linear.op == "grouped_linear") return lower_grouped_gemm(linear);
     if (linear.computes_backward) return lower_backward_linear(linear);
     if (linear.attrs.get_string("tp_mode", "none") != "none")
       throw NotLowered{"tensor-parallel linear '" + linear.name + "' needs the NCCL runtime (planned)"};
@@ -1043,6 +1048,152 @@ class StepLowering {
     out_.push_back(std::move(l));
   }
 
+  // ---- The MoE layer (kernels/moe.cu, row.cu producers 19-20, grouped_gemm.cu) ----
+
+  static LaunchArg status_bit(int64_t bit) { return {LaunchArg::Kind::status, "", bit}; }
+
+  Launch moe_launch(const std::string& entry, std::vector<std::string> defines, std::vector<LaunchArg> args, int64_t blocks,
+                    int64_t threads) {
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"moe.cu", std::move(defines), ""});
+    l.entry = entry;
+    l.grid = {blocks, 1, 1};
+    l.block = {threads, 1, 1};
+    l.early_launch = true;
+    l.args = std::move(args);
+    return l;
+  }
+
+  void require_single_node(const Node& n) {
+    if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses ops into " + n.op + " '" + n.name + "', which the GPU does not yet"};
+  }
+
+  // Logits, scores and top-k per token, one block each: moe.cu's tec_moe_router.
+  void lower_moe_router(const Node& n) {
+    require_single_node(n);
+    const Value& x = input(n, 0);
+    const Value& w = input(n, 1);
+    const int64_t tokens = x.proto.shape.rows();
+    std::vector<std::string> defines = {
+        "TEC_H=" + std::to_string(n.attrs.get_int("in_features", 0)) + "LL",
+        "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
+        "TEC_K=" + std::to_string(n.attrs.get_int("top_k", 0)),
+        "TEC_SCORE=" + std::string(n.attrs.get_string("score_function", "softmax") == "sigmoid" ? "TEC_SCORE_SIGMOID" : "TEC_SCORE_SOFTMAX"),
+        "TEC_NORMALIZE=" + std::string(n.attrs.get_bool("normalize_topk", false) ? "1" : "0"),
+        "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
+        "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(w.proto.dtype, "weight '" + w.name + "'"))};
+    out_.push_back(moe_launch("tec_moe_router", std::move(defines),
+                              {buf(data(x)), buf(data(w)), buf(data(g_.value(n.outputs.at(0)))), buf(data(g_.value(n.outputs.at(1))))},
+                              tokens, kRowThreads));
+  }
+
+  // tec_moe_route (m_splits, the row map, each row's source token), then the row kernel
+  // gathering the tokens in expert order (producer 19) and quantizing them as the grouped
+  // GEMM wants.
+  void lower_moe_permute(const Node& n) {
+    require_single_node(n);
+    const Value& x = input(n, 0);
+    const Value& indices = input(n, 1);
+    const Value& permuted = g_.value(n.outputs.at(0));
+    const int64_t slots = indices.proto.shape.numel();
+    const std::string row_source = add_workspace(permuted.name + ".row_source", TensorProto::dense(Shape{slots}, DType::int32));
+    out_.push_back(moe_launch("tec_moe_route",
+                              {"TEC_SLOTS=" + std::to_string(slots) + "LL", "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
+                               "TEC_K=" + std::to_string(indices.proto.shape.cols()) + "LL"},
+                              {buf(data(indices)), buf(data(g_.value(n.outputs.at(1)))), buf(data(g_.value(n.outputs.at(2)))),
+                               buf(row_source), status_bit(TEC_STATUS_BAD_EXPERT)},
+                              1, 1024));
+    Producer p;
+    p.defines = {"TEC_PRODUCER=19", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'"))};
+    p.inputs = {buf(data(x)), buf(row_source), {}};
+    emit_row(p, permuted);
+  }
+
+  // The router-weighted sum of each token's k expert rows: row kernel producer 20.
+  void lower_moe_unpermute(const Node& n) {
+    require_single_node(n);
+    const Value& y = input(n, 0);
+    const Value& weights = input(n, 2);
+    Producer p;
+    p.defines = {"TEC_PRODUCER=20", "TEC_IN_DTYPE=" + std::to_string(dtype_code(y.proto.dtype, "input '" + y.name + "'")),
+                 "TEC_TOPK=" + std::to_string(weights.proto.shape.cols()), "TEC_Y_ROWS=" + std::to_string(y.proto.shape.rows()) + "LL"};
+    p.inputs = {buf(data(y)), buf(data(input(n, 1))), buf(data(weights))};
+    p.more[0] = status_bit(TEC_STATUS_BAD_ROW_MAP);
+    emit_row(p, output(n));
+  }
+
+  // kernels/grouped_gemm.cu: one launch over every expert, m_splits read on the device.
+  void lower_grouped_gemm(const Node& n) {
+    require_single_node(n);
+    const Value& x = input(n, 0);
+    const Value& splits = input(n, 1);
+    const Value& w = input(n, 2);
+    const Value& out = output(n);
+    const bool bias = n.attrs.get_bool("bias", false);
+    const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
+    const int64_t rows = x.proto.shape.rows();
+    const std::string where = "grouped_linear '" + n.name + "'";
+    if (!hopper_) throw NotLowered{where + ": tec's grouped GEMM is a Hopper (sm_90) kernel; compile with --arch sm_90 alone"};
+    auto fp8_e4m3_per_tensor = [](const Value& v) {
+      const auto& q = v.proto.quantizer;
+      return q && (q->kind == QuantizerKind::fp8_current || q->kind == QuantizerKind::fp8_delayed) && q->dtype == DType::fp8_e4m3;
+    };
+    const bool bf16 = !x.proto.quantizer && !w.proto.quantizer && x.proto.dtype == DType::bf16 && w.proto.dtype == DType::bf16;
+    if (!bf16 && !(fp8_e4m3_per_tensor(x) && fp8_e4m3_per_tensor(w)))
+      throw NotLowered{where + " reads " + (x.proto.quantizer ? x.proto.quantizer->str() : std::string(tec::to_string(x.proto.dtype))) +
+                       " operands; tec's grouped GEMM takes bf16 and per-tensor FP8 E4M3 (fp8-current, fp8-delayed) so far: fp8-block, "
+                       "mxfp8 and nvfp4 MoE layers run on the CPU reference"};
+    const int64_t element_bytes = bf16 ? 2 : 1;
+    if (n_out % 128 != 0 || (k * element_bytes) % 128 != 0)
+      throw NotLowered{where + ": the grouped GEMM needs out_features % 128 == 0 and in_features x " + std::to_string(element_bytes) +
+                       " bytes % 128 == 0, got " + std::to_string(n_out) + " and " + std::to_string(k)};
+    if (out.proto.quantizer || (out.proto.dtype != DType::bf16 && out.proto.dtype != DType::fp32))
+      throw NotLowered{where + " writes a " + (out.proto.quantizer ? out.proto.quantizer->str() : std::string(tec::to_string(out.proto.dtype))) +
+                       " output; the grouped GEMM writes bf16 or fp32"};
+    const std::string w_data = data(w);
+    if (w.kind == ValueKind::weight) mid_m_weights_.push_back(w_data);
+    if (layouts_ && layout_of(w_data) != "mid_m_tiles")
+      throw NotLowered{where + ": its weight '" + w.name + "' is read by other kernels too, and the grouped GEMM needs it in its own device layout"};
+    DType bias_type = DType::bf16;
+    if (bias) {
+      bias_type = input(n, 3).proto.dtype;
+      if (bias_type != DType::bf16 && bias_type != DType::fp32) throw NotLowered{where + " has a " + std::string(tec::to_string(bias_type)) + " bias"};
+    }
+    // 256-column tiles halve the X each block streams per FLOP; 128 where N does not divide.
+    const int64_t tile_n = n_out % 256 == 0 ? 256 : 128;
+    const std::vector<std::string> defines = {
+        "TEC_N=" + std::to_string(n_out) + "LL", "TEC_TILE_N=" + std::to_string(tile_n), "TEC_K=" + std::to_string(k) + "LL",
+        "TEC_E=" + std::to_string(experts),
+        "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_BF16=" + std::string(bf16 ? "1" : "0"),
+        "TEC_BIAS=" + std::string(!bias ? "0" : bias_type == DType::bf16 ? "1" : "2"),
+        "TEC_OUT=" + std::string(out.proto.dtype == DType::fp32 ? "2" : "0")};
+    KernelRequest request{"grouped_gemm.cu", defines, ""};
+    request.arch_specific = true;
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(request);
+    l.entry = "tec_grouped_gemm";
+    // The most tiles any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E per column tile.
+    l.grid = {(ceil_div(rows, 128) + experts) * (n_out / tile_n), 1, 1};
+    l.block = {384, 1, 1};  // a producer warpgroup and two consumers
+    // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
+    l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
+    auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };
+    l.args = {buf(w_data),
+              opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)),
+              buf(data(x)),
+              opt(!bf16, bf16 ? "" : role(x, BufferRole::scale_inv)),
+              opt(bias, bias ? data(input(n, 3)) : ""),
+              buf(data(splits)),
+              buf(data(out)),
+              status_bit(TEC_STATUS_BAD_SPLITS)};
+    out_.push_back(std::move(l));
+    step_.fusions.push_back("gpu: tec's grouped GEMM (wgmma), m_splits read on the device");
+  }
+
   std::string layout_of(const std::string& buffer) const {
     if (!layouts_) return "";
     const auto it = layouts_->find(buffer);
@@ -1057,7 +1208,8 @@ class StepLowering {
   std::vector<std::string>& small_m_weights_;
   std::vector<std::string>& mid_m_weights_;
   bool fp8_mma_;    // every target arch has FP8 mma.sync (sm_89+)
-  bool mid_m_;      // LoweringTarget::mid_m_gemm, and every target arch is sm_90 (wgmma)
+  bool hopper_;     // every target arch is sm_90 (wgmma)
+  bool mid_m_;      // LoweringTarget::mid_m_gemm, and hopper_
   const WeightLayouts* layouts_;  // null in the scratch lowering
 };
 
@@ -1099,14 +1251,14 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   }
   try {
     const bool fp8_mma = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) >= 89; });
-    const bool mid_m = target.mid_m_gemm && !archs.empty() &&
-                       std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) == 90; });
+    const bool hopper = !archs.empty() && std::all_of(archs.begin(), archs.end(), [](const std::string& a) { return arch_number(a) == 90; });
+    const bool mid_m = target.mid_m_gemm && hopper;
     for (size_t i = 0; i < schedule.steps.size(); ++i) {
       const Step& step = schedule.steps[i];
       result.step = step.name;
       result.node = step.nodes.empty() ? "" : g.node(step.nodes[0]).name;
       result.op = step.nodes.empty() ? "" : g.node(step.nodes[0]).op;
-      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, mid_m, layouts).lower();
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, hopper, mid_m, layouts).lower();
     }
     result.step = result.node = result.op = "";
   } catch (const NotLowered& e) {
@@ -1140,7 +1292,7 @@ WeightLayouts weight_device_layouts(const std::vector<GpuLowering>& profiles) {
         for (const std::string* b : {&l.gemm.a.buffer, &l.gemm.a.scale_inv, &l.gemm.b.buffer, &l.gemm.b.scale_inv, &l.gemm.bias,
                                      &l.gemm.c, &l.gemm.d, &l.gemm.d_scale, &l.gemm.amax_d})
           other_uses.insert(*b);
-      const bool reads_w_in_its_layout = l.entry == "tec_gemm_small_m" || l.entry == "tec_gemm_mid_m";
+      const bool reads_w_in_its_layout = l.entry == "tec_gemm_small_m" || l.entry == "tec_gemm_mid_m" || l.entry == "tec_grouped_gemm";
       for (size_t i = 0; i < l.args.size(); ++i)
         if (l.args[i].kind == LaunchArg::Kind::buffer && !(reads_w_in_its_layout && i == 0)) other_uses.insert(l.args[i].buffer);
     }

@@ -15,9 +15,10 @@
 
 namespace tec::codegen {
 
-// One argument slot of a kernel: a buffer's device address, an integer, or null.
+// One argument slot of a kernel: a buffer's device address, an integer, the address of the
+// session's status word (kernels/status.h; `value` is the bit the kernel may set), or null.
 struct LaunchArg {
-  enum class Kind : uint8_t { none, buffer, value } kind = Kind::none;
+  enum class Kind : uint8_t { none, buffer, value, status } kind = Kind::none;
   std::string buffer;
   int64_t value = 0;
 };

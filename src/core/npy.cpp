@@ -58,10 +58,12 @@ NpyArray read_npy(const std::string& path) {
   const std::string header(bytes.begin() + static_cast<long>(header_start), bytes.begin() + static_cast<long>(header_start + header_len));
   const std::string descr = header_field(header, "descr", path);
   int item = 0;
-  if (descr == "'<f4'") item = 4;
+  const bool integer = descr == "'<i4'" || descr == "'<i8'";  // routing data: expert indices, m_splits
+  if (descr == "'<f4'" || descr == "'<i4'") item = 4;
   else if (descr == "'<f2'") item = 2;
-  else if (descr == "'<f8'") item = 8;
-  TEC_UNSUPPORTED_CHECK(item != 0, at(path)) << ".npy dtype " << descr << " is not supported; use float16, float32 or float64";
+  else if (descr == "'<f8'" || descr == "'<i8'") item = 8;
+  TEC_UNSUPPORTED_CHECK(item != 0, at(path)) << ".npy dtype " << descr
+                                             << " is not supported; use float16, float32, float64, int32 or int64";
   TEC_UNSUPPORTED_CHECK(header_field(header, "fortran_order", path) == "False", at(path)) << "Fortran-order .npy is not supported";
   const std::string shape_text = header_field(header, "shape", path);
   NpyArray out;
@@ -86,7 +88,20 @@ NpyArray read_npy(const std::string& path) {
   out.values.resize(static_cast<size_t>(count));
   for (size_t k = 0; k < out.values.size(); ++k) {
     const unsigned char* p = &bytes[data_start + k * static_cast<size_t>(item)];
-    if (item == 4) {
+    if (integer) {
+      int64_t v = 0;
+      if (item == 4) {
+        int32_t v32;
+        std::memcpy(&v32, p, 4);
+        v = v32;
+      } else {
+        std::memcpy(&v, p, 8);
+      }
+      // Held as float, as the CPU reference holds int32 tensors: exact below 2^24.
+      TEC_USER_CHECK(v > -(int64_t{1} << 24) && v < (int64_t{1} << 24), at(path))
+          << "integer value " << v << " at index " << k << " is outside (-2^24, 2^24), which tec's int32 inputs hold";
+      out.values[k] = static_cast<float>(v);
+    } else if (item == 4) {
       std::memcpy(&out.values[k], p, 4);
     } else if (item == 8) {
       double d;

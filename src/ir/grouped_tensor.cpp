@@ -48,28 +48,41 @@ TensorProto GroupedTensor::member(int64_t i) const {
 }
 
 std::vector<GroupedBuffer> GroupedTensor::buffers(const Target& target) const {
+  std::vector<std::vector<BufferSpec>> specs;  // per member
+  for (int64_t i = 0; i < size(); ++i)
+    specs.push_back(with_context(ErrorContext{"grouped tensor", "", "", "member " + std::to_string(i)},
+                                 [&] { return member(i).buffers(target); }));
   std::vector<GroupedBuffer> out;
-  for (int64_t i = 0; i < size(); ++i) {
-    const std::vector<BufferSpec> specs = with_context(ErrorContext{"grouped tensor", "", "", "member " + std::to_string(i)},
-                                                       [&] { return member(i).buffers(target); });
-    if (i == 0)
-      for (const BufferSpec& s : specs) out.push_back(GroupedBuffer{s, {}, {0}});
-    TEC_INTERNAL_CHECK(specs.size() == out.size(), {}) << "members with different buffer roles";
-    for (size_t b = 0; b < specs.size(); ++b) {
+  for (const BufferSpec& s : specs.front()) out.push_back(GroupedBuffer{s, {}, {0}});
+  for (size_t i = 0; i < specs.size(); ++i) {
+    TEC_INTERNAL_CHECK(specs[i].size() == out.size(), {}) << "members with different buffer roles";
+    for (size_t b = 0; b < out.size(); ++b) {
       GroupedBuffer& g = out[b];
-      TEC_INTERNAL_CHECK(specs[b].role == g.spec.role && specs[b].dtype == g.spec.dtype, {}) << "members' buffers differ";
-      const bool data = specs[b].role == BufferRole::data || specs[b].role == BufferRole::columnwise_data;
+      const BufferSpec& s = specs[i][b];
+      TEC_INTERNAL_CHECK(s.role == g.spec.role && s.dtype == g.spec.dtype, {}) << "members' buffers differ";
+      const bool data = s.role == BufferRole::data || s.role == BufferRole::columnwise_data;
       TEC_USER_CHECK(!data || g.offsets.back() % kMemberDataAlignment == 0, {})
-          << "grouped tensor member " << i << "'s " << to_string(specs[b].role) << " would start at byte " << g.offsets.back()
-          << ", off the " << kMemberDataAlignment << "-byte alignment GEMMs need; make each member's bytes (rows x cols x "
-          << storage_bytes(specs[b].dtype) << ") a multiple of " << kMemberDataAlignment;
-      g.member_bytes.push_back(specs[b].bytes);
-      g.offsets.push_back(checked_add(g.offsets.back(), specs[b].bytes));
+          << "grouped tensor member " << i << "'s " << to_string(s.role) << " would start at byte " << g.offsets.back() << ", off the "
+          << kMemberDataAlignment << "-byte alignment GEMMs need; make each member's bytes (rows x cols x " << storage_bytes(s.dtype)
+          << ") a multiple of " << kMemberDataAlignment;
+      g.member_bytes.push_back(s.bytes);
+      g.offsets.push_back(checked_add(g.offsets.back(), s.bytes));
     }
   }
-  for (GroupedBuffer& g : out) {
+  // Matrices of one width stack to [sum of rows, width] (the logical shape, which GEMM kernels
+  // and device layouts read); anything else is the 1-D buffer TE allocates.
+  for (size_t b = 0; b < out.size(); ++b) {
+    GroupedBuffer& g = out[b];
     g.spec.bytes = g.offsets.back();
     g.spec.shape = Shape{g.spec.bytes / storage_bytes(g.spec.dtype)};
+    const Shape& first = specs.front()[b].shape;
+    bool stacks = first.rank() == 2;
+    int64_t rows = 0;
+    for (const auto& member : specs) {
+      stacks = stacks && member[b].shape.rank() == 2 && member[b].shape[1] == first[1];
+      if (stacks) rows += member[b].shape[0];
+    }
+    if (stacks) g.spec.shape = Shape{rows, first[1]};
   }
   return out;
 }

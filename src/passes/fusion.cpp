@@ -27,7 +27,8 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
   auto start_step = [&](NodeId n) {
     Step step;
     step.name = g.node(n).name;
-    step.kind = g.node(n).op == "linear" ? StepKind::gemm : StepKind::kernel;
+    // A GEMM step's outputs match the reference within the recipe's bound, not bit for bit.
+    step.kind = g.node(n).op == "linear" || g.node(n).op == "grouped_linear" ? StepKind::gemm : StepKind::kernel;
     step.phase = g.node(n).phase;
     step.nodes.push_back(n);
     const Value& out = g.value(g.node(n).outputs[0]);
@@ -88,9 +89,11 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
       start_step(n);
       continue;
     }
+    // Epilogues and residuals fuse into a linear's cuBLASLt GEMM (not yet into the grouped GEMM).
+    auto linear_step = [&](int st) { return st >= 0 && g.node(s.steps[static_cast<size_t>(st)].nodes[0]).op == "linear"; };
     if (has_epilogue(node)) {
       const int st = joinable(0);
-      if (st >= 0 && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&
+      if (linear_step(st) && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&
           s.steps[static_cast<size_t>(st)].nodes.size() == 1) {
         const Node& gemm = g.node(s.steps[static_cast<size_t>(st)].nodes[0]);
         join(st, n, node.inputs[0],
@@ -103,7 +106,7 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
       bool fused = false;
       for (int slot = 0; slot < 2 && !fused; ++slot) {
         const int st = joinable(slot);
-        if (st < 0 || s.steps[static_cast<size_t>(st)].kind != StepKind::gemm) continue;
+        if (!linear_step(st) || s.steps[static_cast<size_t>(st)].kind != StepKind::gemm) continue;
         const Node& last = g.node(s.steps[static_cast<size_t>(st)].nodes.back());
         if (last.op == "add") continue;  // one residual per GEMM
         join(st, n, node.inputs[static_cast<size_t>(slot)],

@@ -10,6 +10,7 @@
 
 #include "plan/file.h"
 #include "plan/format.h"
+#include "status.h"
 
 namespace tec::plan {
 
@@ -178,12 +179,15 @@ Buffer parse_buffer(const Reader& r, int64_t arena_bytes, int64_t constant_bytes
     const bool small = b.device_layout == "small_m_tiles";
     TEC_USER_CHECK(small || b.device_layout == "mid_m_tiles", r.ctx("device_layout"))
         << "unknown device layout '" << b.device_layout << "' (expected small_m_tiles or mid_m_tiles)";
+    // mid_m_tiles also takes bf16 rows (the grouped GEMM's): K counts bytes there.
     const int64_t rows = small ? 16 : 64, k_step = small ? 64 : 128;
-    TEC_USER_CHECK(b.region == "constants" && (b.dtype == DType::fp8_e4m3 || b.dtype == DType::fp8_e5m2) && b.shape.rank() == 2 &&
-                       b.shape[0] % rows == 0 && b.shape[1] % k_step == 0,
+    const bool fp8 = b.dtype == DType::fp8_e4m3 || b.dtype == DType::fp8_e5m2;
+    TEC_USER_CHECK(b.region == "constants" && (fp8 || (!small && b.dtype == DType::bf16)) && b.shape.rank() == 2 &&
+                       b.shape[0] % rows == 0 && (b.shape[1] * storage_bytes(b.dtype)) % k_step == 0,
                    r.ctx("device_layout"))
-        << "buffer '" << b.name << "': " << b.device_layout << " takes a constant FP8 [N, K] weight with N % " << rows
-        << " == 0 and K % " << k_step << " == 0, not " << b.region << " " << to_string(b.dtype) << " " << b.shape.str();
+        << "buffer '" << b.name << "': " << b.device_layout << " takes a constant FP8" << (small ? "" : " or bf16")
+        << " [N, K] weight with N % " << rows << " == 0 and K bytes % " << k_step << " == 0, not " << b.region << " "
+        << to_string(b.dtype) << " " << b.shape.str();
   }
   const json& life = r.array("lifetime");
   TEC_USER_CHECK(life.size() == 2 && life[0].is_number_integer() && life[1].is_number_integer(), r.ctx("lifetime"))
@@ -258,8 +262,17 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         TEC_USER_CHECK(a["value"].is_number_integer(), r.ctx("args")) << "value arguments are integers";
         arg.kind = KernelArg::Kind::value;
         arg.value = a["value"].get<int64_t>();
+      } else if (a.is_object() && a.contains("status")) {
+        const json& bit = a["status"];
+        TEC_USER_CHECK(bit.is_number_integer() && (bit.get<int64_t>() == TEC_STATUS_BAD_EXPERT || bit.get<int64_t>() == TEC_STATUS_BAD_SPLITS ||
+                                                   bit.get<int64_t>() == TEC_STATUS_BAD_ROW_MAP),
+                       r.ctx("args"))
+            << "a status argument names one bit of the status word (" << TEC_STATUS_BAD_EXPERT << ", " << TEC_STATUS_BAD_SPLITS << " or "
+            << TEC_STATUS_BAD_ROW_MAP << "), got " << bit.dump();
+        arg.kind = KernelArg::Kind::status;
+        arg.value = bit.get<int64_t>();
       } else {
-        TEC_USER_CHECK(a.is_null(), r.ctx("args")) << "an argument is {\"buffer\": i}, {\"value\": v} or null";
+        TEC_USER_CHECK(a.is_null(), r.ctx("args")) << "an argument is {\"buffer\": i}, {\"value\": v}, {\"status\": bit} or null";
       }
       l.args.push_back(arg);
     }

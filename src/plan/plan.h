@@ -94,7 +94,8 @@ struct Gemm {
 inline constexpr size_t kMaxKernelArgs = 64;
 
 struct KernelArg {
-  enum class Kind : uint8_t { none, buffer, value } kind = Kind::none;
+  // status: the session's status word, where the kernel may set bit `value` (kernels/status.h).
+  enum class Kind : uint8_t { none, buffer, value, status } kind = Kind::none;
   int buffer = -1;
   int64_t value = 0;
 };

@@ -9,10 +9,12 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
 #include <mutex>
 
 #include "core/error.h"
 #include "mid_m_layout.h"
+#include "status.h"
 #include "small_m_layout.h"
 
 namespace tec::runtime {
@@ -213,7 +215,7 @@ void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
       if (b.region == "constants" && !b.device_layout.empty()) tiled.emplace(b.offset, &b);
   std::vector<uint8_t> permuted;
   for (const auto& [offset, b] : tiled) {
-    const int64_t n_rows = b->shape[0], k = b->shape[1];
+    const int64_t n_rows = b->shape[0], k = b->shape[1] * storage_bytes(b->dtype);  // row bytes
     const uint8_t* source = plan.constants.data() + offset;
     permuted.resize(static_cast<size_t>(b->bytes));
     const bool small = b->device_layout == "small_m_tiles";  // else mid_m_tiles (Plan::load allows no other)
@@ -294,6 +296,10 @@ struct Session::Impl {
   // Train plans: the host's copies of the scalars that select a run's steps.
   bool workspace_stale = true;  // no run has made the weights' copies yet, or state was restored
   std::map<std::string, float> selecting_scalars;  // first_microbatch, forward_only, where the plan has them
+  // The status word (kernels/status.h) of plans whose kernels check run-time data (MoE routing):
+  // zeroed at the start of every run, read when results are read.
+  int* status = nullptr;
+  std::map<int, std::set<std::string>> status_steps;  // bit -> the steps whose kernels may set it
 
   ~Impl() {
     for (auto& [selection, g] : graphs) {
@@ -307,6 +313,7 @@ struct Session::Impl {
         if (l) cublasLtMatrixLayoutDestroy(l);
     }
     if (lt) cublasLtDestroy(lt);
+    if (status) cudaFree(status);
     if (delayed_table) cudaFree(delayed_table);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (arena) cudaFree(arena);
@@ -418,6 +425,14 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
           s.slots[i].slot[a] = reinterpret_cast<unsigned long long>(address(arg.buffer));
         else if (arg.kind == plan::KernelArg::Kind::value)
           s.slots[i].slot[a] = static_cast<unsigned long long>(arg.value);
+        else if (arg.kind == plan::KernelArg::Kind::status) {
+          if (!s.status) {
+            s.status = static_cast<int*>(device_alloc(sizeof(int), "status word"));
+            TEC_CUDA(cudaMemset(s.status, 0, sizeof(int)), "status word");
+          }
+          s.slots[i].slot[a] = reinterpret_cast<unsigned long long>(s.status);
+          s.status_steps[static_cast<int>(arg.value)].insert(where);
+        }
       }
     }
     if (l.kind != "gemm") continue;
@@ -689,6 +704,7 @@ void Session::run_eager(cudaStream_t stream, const std::function<void(int)>& aft
 
 void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const std::function<void(int)>& after_step) {
   Impl& s = *impl_;
+  if (s.status) TEC_CUDA(cudaMemsetAsync(s.status, 0, sizeof(int), stream), "status word");
   for (size_t position = 0; position < run.size(); ++position) {
     const size_t i = run[position];
     const plan::Launch& l = profile_.launches[i];
@@ -783,6 +799,31 @@ void Session::download(int buffer, void* host, size_t bytes, cudaStream_t stream
   TEC_USER_CHECK(bytes <= static_cast<size_t>(b.bytes), ctx(b.name)) << "cannot read " << bytes << " bytes from " << b.name;
   TEC_CUDA(cudaMemcpyAsync(host, const_cast<Session*>(this)->address(buffer), bytes, cudaMemcpyDeviceToHost, stream), b.name);
   TEC_CUDA(cudaStreamSynchronize(stream), b.name);
+  check_status(stream);
+}
+
+void Session::check_status(cudaStream_t stream) const {
+  const Impl& s = *impl_;
+  if (!s.status) return;
+  int bits = 0;
+  TEC_CUDA(cudaMemcpyAsync(&bits, s.status, sizeof bits, cudaMemcpyDeviceToHost, stream), "status word");
+  TEC_CUDA(cudaStreamSynchronize(stream), "status word");
+  if (bits == 0) return;
+  static const std::pair<int, const char*> kMeaning[] = {
+      {TEC_STATUS_BAD_EXPERT, "an expert index outside [0, num_experts)"},
+      {TEC_STATUS_BAD_SPLITS, "m_splits negative or not summing to the rows"},
+      {TEC_STATUS_BAD_ROW_MAP, "a row map entry outside the expert outputs' rows"}};
+  std::string what;
+  for (const auto& [bit, meaning] : kMeaning) {
+    if (!(bits & bit)) continue;
+    std::string steps;
+    if (const auto it = s.status_steps.find(bit); it != s.status_steps.end())
+      for (const std::string& step : it->second) steps += (steps.empty() ? "" : ", ") + ("'" + step + "'");
+    what += (what.empty() ? "" : "; ") + std::string(meaning) + " (step " + steps + ")";
+  }
+  throw Error(ErrorKind::invalid_input, ctx("run"),
+              "the last run read routing data out of range, so its results are not valid: " + what +
+                  ". The kernels read and wrote nothing out of bounds; fix the routing inputs and run again");
 }
 
 std::vector<uint8_t> Session::download_arena(cudaStream_t stream) const {

@@ -66,7 +66,13 @@ class Session {
   // Device address of a profile buffer (arena or constants).
   void* address(int buffer) const;
   void upload(int buffer, const void* host, size_t bytes, cudaStream_t stream);
+  // Waits for the stream; throws Error(invalid_input) when the last run's kernels found hostile
+  // run-time data (check_status).
   void download(int buffer, void* host, size_t bytes, cudaStream_t stream) const;
+  // Plans whose kernels check run-time data (MoE routing: expert indices, m_splits, the row map)
+  // keep a status word the run zeroes first: waits for the stream and throws
+  // Error(invalid_input) naming what was out of range and the steps that found it.
+  void check_status(cudaStream_t stream) const;
   // Every arena buffer at its offset (the host image the CPU reference runs from).
   std::vector<uint8_t> download_arena(cudaStream_t stream) const;
   // Fills scratch and output buffers with 0xFF (NaN in every float format), so that a

@@ -54,6 +54,7 @@ struct Library {
 int quantize_per_tensor_test(const std::string& arch);
 int delayed_update_test(const std::string& arch);
 int train_plans_test(const std::string& arch);
+int moe_test(const std::string& arch);
 int plans_test(const std::string& arch);  // TEC_GPU_TEST_SMALL=1 skips examples/mlp.json
 int session_leak_test();
 int tuning_test();

@@ -2,7 +2,7 @@
 # compute-sanitizer's four tools on every example plan (run on the GPU machine):
 #   bash tests/gpu/sanitize.sh BUILD_DIR OUT_DIR
 # Compiles every example model - examples/mlp_tiny.json under every recipe, swiglu_mlp.json,
-# mlp.json (its T=16 profile), train plans (mlp_tiny with AdamW, swiglu_mlp, mlp.json T=16) and
+# mlp.json (its T=16 profile), moe_tiny.json (bf16, fp8-current, fp8-delayed), train plans (mlp_tiny with AdamW, swiglu_mlp, mlp.json T=16) and
 # the ONNX models in examples/onnx - and the general ops
 # (tests/gpu/general_ops.json), an fp16 and an fp32 export of the corpus (fp16 GEMMs, fp32
 # staging of MXFP8's dequantized GEMM) and a static Q/DQ model (fp8-static's dequantize path
@@ -42,7 +42,7 @@ open('$static_model', 'wb').write(c.static_mlp_model(numpy.random.default_rng(1)
   { echo "could not build $static_model"; failed=1; }
 printf "%-40s %-10s %s\n" plan tool errors
 # model file : recipe ("-": the model's own) : extra te-compile arguments
-for entry in mlp_tiny.json:bf16 mlp_tiny.json:fp8-current mlp_tiny.json:fp8-delayed mlp_tiny.json:fp8-block \
+for entry in moe_tiny.json:bf16 moe_tiny.json:fp8-current moe_tiny.json:fp8-delayed mlp_tiny.json:bf16 mlp_tiny.json:fp8-current mlp_tiny.json:fp8-delayed mlp_tiny.json:fp8-block \
              mlp_tiny.json:mxfp8 mlp_tiny.json:nvfp4 swiglu_mlp.json:fp8-delayed "mlp.json:fp8-delayed:--shape T=16" \
              onnx/gpt_mlp.onnx:- onnx/gpt_mlp_opset13_torchscript.onnx:- onnx/llama_mlp.onnx:- onnx/llama_mlp_opset18.onnx:- \
              tests/gpu/general_ops.json:fp8-current tests/onnx/corpus/llama_mlp_hf.fp16.dynamo18.2d.onnx:fp8-delayed \

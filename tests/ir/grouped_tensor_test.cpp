@@ -49,11 +49,12 @@ TEST_CASE("per-tensor FP8 experts keep one scale each: scale_inv is [n] floats")
     CHECK(role_of(buffers, BufferRole::scale_inv).spec.bytes == 8 * 4);
     CHECK(role_of(buffers, BufferRole::scale_inv).offsets == multiples(4, 8));
     CHECK(role_of(buffers, BufferRole::data).offsets == multiples(256 * 128, 8));
-    // TensorProto::buffers() of the grouped proto is the same packing, each buffer 1-D.
+    // TensorProto::buffers() of the grouped proto is the same packing: the data stacked as
+    // [experts x N, K], the scales 1-D.
     const auto specs = w.buffers();
     REQUIRE(specs.size() == 2);
     CHECK(specs[0].role == BufferRole::data);
-    CHECK(specs[0].shape == Shape({8 * 256 * 128}));
+    CHECK(specs[0].shape == Shape({8 * 256, 128}));
     CHECK(specs[1].role == BufferRole::scale_inv);
     CHECK(specs[1].shape == Shape({8}));
     // One member as a plain tensor.

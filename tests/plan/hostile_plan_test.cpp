@@ -277,7 +277,7 @@ TEST_CASE("device layouts: unknown names, buffers they cannot apply to, and prof
   CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.bias.data")["device_layout"] = "small_m_tiles"; })
             .find("small_m_tiles takes a constant FP8 [N, K] weight") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { buffer(m, 0, "x.data")["device_layout"] = "mid_m_tiles"; })
-            .find("mid_m_tiles takes a constant FP8 [N, K] weight with N % 64 == 0 and K % 128 == 0") != std::string::npos);
+            .find("mid_m_tiles takes a constant FP8 or bf16 [N, K] weight with N % 64 == 0 and K bytes % 128 == 0") != std::string::npos);
   // The plan has two profiles sharing the constants; one alone may not permute a weight.
   REQUIRE(valid_plan().manifest["profiles"].size() >= 2);
   CHECK(manifest_error([&](auto& m) { buffer(m, 0, "fc1.weight.data")["device_layout"] = "small_m_tiles"; })

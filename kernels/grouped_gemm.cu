@@ -1,0 +1,273 @@
+// The grouped GEMM of an MoE layer on Hopper (sm_90a): for each expert e,
+//   D[rows of e] = alpha_e * X[rows of e] . W[e]^T (+ bias[e]),
+// where the rows of e are the m_splits[e] rows after those of the experts before it, and
+// m_splits lives in device memory: the graph's own router and permute wrote it this run. So
+// one launch (one CUDA graph) serves any routing, with no host synchronisation and no
+// re-capture. cuBLASLt's grouped GEMM takes its shapes from the host, hence this kernel.
+//
+// Work: tiles of 128 rows of one expert x TEC_TILE_N (128 or 256) columns. The grid is the most tiles any routing
+// can need (ceil(rows / 128) + E per column tile); each block finds its tile by walking
+// m_splits (E integers, cached) and returns if the routing needs fewer tiles. Tiles go in
+// groups of 8 column tiles per expert, rows fastest, so that a group's W (8 x 128 rows) and the
+// expert's X stay in L2 while the group's blocks run.
+//
+// A block is gemm_mid_m.cu's pipeline with 128 rows: warpgroup 0 produces, copying per
+// 128-byte step of K the block's TEC_TILE_N rows of W (a TMA bulk copy per 64 rows: W is in the
+// mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all experts)
+// and its 128 rows of X by cp.async in the same 128-byte swizzle, into a ring of TEC_SLOTS
+// slots; warpgroups 1 and 2 each own 64 rows and run wgmma m64nTEC_TILE_N (k32 for FP8, k16 for
+// bf16) from shared memory into fp32 registers (setmaxnreg moves registers from the producer
+// to them). Rows past the expert's last repeat it and are not stored.
+//
+// m_splits that are negative or do not sum to the rows set TEC_STATUS_BAD_SPLITS in the
+// session's status word, and every block returns before reading anything by them.
+//
+// Defines: TEC_N (% TEC_TILE_N == 0), TEC_TILE_N (128 or 256), TEC_K (elements; K bytes % 128 == 0), TEC_E, TEC_ROWS (all
+// experts' rows), TEC_BF16 (1: bf16 operands; 0: FP8 E4M3 with per-expert W scale_inv and one X
+// scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32). Slots: 0 W, 1 W
+// scale_inv [E], 2 X, 3 X scale_inv, 4 bias [E, N], 5 m_splits, 6 D, 7 status. Dynamic shared
+// memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
+#include "hopper.cuh"
+#include "mid_m_layout.h"
+
+#define TEC_SLOTS 4
+#define TEC_LAG 2          // steps a producer's cp.async runs ahead of its publication
+#define TEC_TILE 128       // rows of a block's tile (TEC_TILE_N columns)
+#define TEC_GROUP 8        // column tiles per group
+#define TEC_ELEMENT_BYTES (TEC_BF16 ? 2 : 1)
+#define TEC_K_BYTES ((i64)TEC_K * TEC_ELEMENT_BYTES)
+
+constexpr int kStepBytes = 128;
+constexpr int kWSlotBytes = TEC_TILE_N * kStepBytes;
+constexpr int kSlotBytes = (TEC_TILE_N + TEC_TILE) * kStepBytes;
+constexpr int kSteps = (int)(TEC_K_BYTES / kStepBytes);
+constexpr int kColumnTiles = TEC_N / TEC_TILE_N;
+constexpr int kAccumulators = TEC_TILE_N / 2;
+
+struct TecGroupedArgs {
+  unsigned long long slot[8];
+};
+
+// d += A (64 rows of X) . B (TEC_TILE_N rows of W)^T over 32 bytes of K; TEC_TILE_N / 2 fp32
+// accumulators per thread.
+#if TEC_TILE_N == 256
+__device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long long a, unsigned long long b) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+#if TEC_BF16
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+#else
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+#endif
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
+      "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
+      "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
+      "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
+      "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#if TEC_BF16
+      "}, %128, %129, p, 1, 1, 0, 0; }"
+#else
+      "}, %128, %129, p, 1, 1; }"
+#endif
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+        "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+        "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+        "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+        "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+        "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+        "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+        "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+        "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      : "l"(a), "l"(b));
+}
+#else
+__device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long long a, unsigned long long b) {
+  asm volatile(
+      "{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+#if TEC_BF16
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+#else
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+#endif
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#if TEC_BF16
+      "}, %64, %65, p, 1, 1, 0, 0; }"
+#else
+      "}, %64, %65, p, 1, 1; }"
+#endif
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a), "l"(b));
+}
+#endif
+
+// Which tile block `block` computes under this run's m_splits; false when the routing needs
+// fewer tiles (or the splits are bad, which `bad` then says).
+struct TecTile {
+  int expert;
+  i64 first_row;  // of the tile, in X and D
+  int rows;       // valid rows in the tile, 1..128
+  i64 n0;         // first column
+};
+__device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, TecTile& tile, bool& bad) {
+  i64 row = 0, left = block;
+  bool found = false;
+  bad = false;
+  for (int e = 0; e < TEC_E; ++e) {
+    const i64 m = m_splits[e];
+    if (m < 0 || m > TEC_ROWS - row) {
+      bad = true;
+      return false;
+    }
+    const i64 row_tiles = (m + TEC_TILE - 1) / TEC_TILE, tiles = row_tiles * kColumnTiles;
+    if (!found && left < tiles) {
+      found = true;
+      const i64 group = left / (row_tiles * TEC_GROUP), within = left % (row_tiles * TEC_GROUP);
+      const i64 row_tile = within % row_tiles, column_tile = group * TEC_GROUP + within / row_tiles;
+      tile.expert = e;
+      tile.first_row = row + row_tile * TEC_TILE;
+      tile.rows = (int)(m - row_tile * TEC_TILE < TEC_TILE ? m - row_tile * TEC_TILE : TEC_TILE);
+      tile.n0 = column_tile * TEC_TILE_N;
+    } else if (!found) {
+      left -= tiles;
+    }
+    row += m;
+  }
+  bad = row != TEC_ROWS;
+  return found && !bad;
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args) {
+  extern __shared__ __align__(1024) u8 tec_shared[];
+  tec_wait_for_previous_kernel();  // m_splits and X are the previous kernels' outputs
+  TecTile tile;
+  bool bad;
+  if (!tec_find_tile((const int*)args.slot[5], blockIdx.x, tile, bad)) {
+    if (bad && blockIdx.x == 0 && threadIdx.x == 0) atomicOr((int*)args.slot[7], TEC_STATUS_BAD_SPLITS);
+    return;
+  }
+  // The swizzle repeats every 1024 bytes, and the descriptors assume slots aligned to it.
+  const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;
+  const u32 barriers = base + TEC_SLOTS * kSlotBytes;
+  auto full = [&](int s) { return barriers + 8u * (u32)s; };
+  auto empty = [&](int s) { return barriers + 8u * (u32)(TEC_SLOTS + s); };
+  const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < TEC_SLOTS; ++s) {
+      tec_barrier_init(full(s), 128 + 1);  // each producer thread's X, + the W bytes
+      tec_barrier_init(empty(s), 256);     // every consumer thread
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    // The producer needs few registers; the consumers' accumulators take them (64 K regs per SM).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    const u8* x = (const u8*)args.slot[2];
+    const u8* w = (const u8*)args.slot[0];
+    const i64 w_row = (i64)tile.expert * TEC_N + tile.n0;
+    for (int step = 0; step < kSteps; ++step) {
+      const int s = step % TEC_SLOTS;
+      if (step >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((step / TEC_SLOTS - 1) & 1));
+      const u32 slot = base + (u32)(s * kSlotBytes);
+      if (tid == 0) {
+        tec_barrier_arrive_expect_bytes(full(s), kWSlotBytes);
+        // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
+#pragma unroll
+        for (int part = 0; part < TEC_TILE_N / 64; ++part)
+          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row + part * 64, 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
+        const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
+        const u32 dst = slot + kWSlotBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((chunk ^ (row % 8)) * 16));
+        tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
+      }
+      asm volatile("cp.async.commit_group;" ::: "memory");
+      if (step >= TEC_LAG) {
+        asm volatile("cp.async.wait_group %0;" ::"n"(TEC_LAG) : "memory");
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        tec_barrier_arrive(full((step - TEC_LAG) % TEC_SLOTS));
+      }
+    }
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    for (int step = kSteps > TEC_LAG ? kSteps - TEC_LAG : 0; step < kSteps; ++step) tec_barrier_arrive(full(step % TEC_SLOTS));
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int consumer = warpgroup - 1;
+  float acc[kAccumulators];
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  for (int step = 0; step < kSteps; ++step) {
+    const int s = step % TEC_SLOTS;
+    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
+    const u32 slot = base + (u32)(s * kSlotBytes);
+    const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
+    const unsigned long long b = tec_sw128_descriptor(slot);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tec_wgmma_step(acc, a + 2 * k, b + 2 * k);  // + 32 bytes of K each
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    if (step > 0) tec_barrier_arrive(empty((step - 1) % TEC_SLOTS));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
+  tec_allow_next_kernel();
+
+  // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and
+  // in each 8-column group j the columns 8j + 2 (lane % 4) and + 1.
+  const int warp = tid / 32, lane = tid % 32;
+#if TEC_BF16
+  const float alpha = 1.0f;
+#else
+  const float alpha = ((const float*)args.slot[1])[tile.expert] * *(const float*)args.slot[3];
+#endif
+  // Columns n and n + 1 are stored together.
+#pragma unroll
+  for (int i = 0; i < kAccumulators; i += 2) {
+    const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
+    const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
+    if (row >= tile.rows) continue;
+    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
+#if TEC_BIAS == 1
+    v0 += tec_bf16_to_float(((const u16*)args.slot[4])[(i64)tile.expert * TEC_N + n]);
+    v1 += tec_bf16_to_float(((const u16*)args.slot[4])[(i64)tile.expert * TEC_N + n + 1]);
+#elif TEC_BIAS == 2
+    v0 += ((const float*)args.slot[4])[(i64)tile.expert * TEC_N + n];
+    v1 += ((const float*)args.slot[4])[(i64)tile.expert * TEC_N + n + 1];
+#endif
+    const i64 out = (tile.first_row + row) * TEC_N + n;
+#if TEC_OUT == 2
+    *(float2*)((float*)args.slot[6] + out) = make_float2(v0, v1);
+#else
+    *(u32*)((u16*)args.slot[6] + out) = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
+#endif
+  }
+}
