@@ -41,6 +41,13 @@ expect("an ONNX model compiles in train mode" 0 "train step: optimizer adamw" ${
 expect("an ONNX train plan runs a step on the CPU reference" 0 "dx" ${TE_RUN} ${WORK_DIR}/onnx_train.teplan --backend cpu)
 expect("-o writes a plan and reports fusions" 0 "GELU fused into fc1's epilogue" ${TE_COMPILE} ${tiny} --recipe fp8-delayed -o ${WORK_DIR}/m.teplan --report ${WORK_DIR}/r.json --dot ${WORK_DIR}/m.dot)
 expect("the report lists steps" 0 "\"fusions\"" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/r.json)
+# MoE: the grouped weights in the report, with each member's bytes and offset; routing data
+# out of range on the CPU reference names the op and the value.
+expect("an MoE plan compiles, with the grouped GEMM on the GPU" 0 "tec's grouped GEMM (wgmma), m_splits read on the device" ${TE_COMPILE} ${SOURCE_DIR}/examples/moe_tiny.json --recipe fp8-current -o ${WORK_DIR}/moe.teplan --report ${WORK_DIR}/moe.json)
+expect("the report lists grouped weights per member" 0 "\"member_bytes\"" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/moe.json)
+expect("the report gives the member count" 0 "\"members\": 4" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/moe.json)
+expect("an MoE plan runs on the CPU reference" 0 "y  " ${TE_RUN} ${WORK_DIR}/moe.teplan --backend cpu)
+expect("--rotate-seeds is a GPU option" 2 "are GPU options" ${TE_RUN} ${WORK_DIR}/moe.teplan --backend cpu --rotate-seeds)
 expect("the dot picture has clusters" 0 "subgraph cluster_1" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/m.dot)
 expect("te-run runs the plan on the CPU" 0 "y            [32, 64]" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --save-outputs ${WORK_DIR}/out)
 expect("te-run saved the output as .npy" 0 "NUMPY" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/out/y.npy)
