@@ -36,7 +36,7 @@ void check_token_slots(const InferContext& ctx, int64_t slots) {
       << "tokens x top_k = " << slots << " exceeds the " << kMaxTokenSlots << " token slots an MoE layer routes";
 }
 
-// The integer a reference input holds, checked: the CPU reference sees int32 tensors as floats.
+// The integer an int32 tensor holds (the CPU reference sees them as exact floats); callers check the range first.
 int64_t index_value(float v) { return static_cast<int64_t>(v); }
 
 // ---- moe_router ----
