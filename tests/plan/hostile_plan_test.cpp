@@ -243,6 +243,10 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["kind"] = "shell"; }).find("unknown launch kind 'shell'") !=
         std::string::npos);
+  // The status word (MoE plans' run-time checks): one known bit, nothing else.
+  for (const nlohmann::json& bit : {nlohmann::json(3), nlohmann::json(-1), nlohmann::json("1")})
+    CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["args"][0] = {{"status", bit}}; })
+              .find("a status argument names one bit of the status word") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["shared_bytes"] = 1 << 20; }).find("expected an integer in [0, 232448], got 1048576") !=
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["shared_bytes"] = -1; }).find("expected an integer in [0, 232448]") !=
