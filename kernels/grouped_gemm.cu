@@ -22,13 +22,32 @@
 // m_splits that are negative or do not sum to the rows set TEC_STATUS_BAD_SPLITS in the
 // session's status word, and every block returns before reading anything by them.
 //
+// TEC_GATED = 1 runs the step's gated activation (swiglu, geglu: act(first half of a row) x
+// second half, act by TEC_ACT as in kernels/tec_math.h) in the epilogue, so the [rows, N] GEMM
+// output never reaches memory: a tile's 256 columns of W are 128 gate rows and the 128 up rows
+// N / 2 further on, so every thread holds both members of its pairs, and D is [rows, N / 2].
+// With TEC_AMAX = 1 the blocks also max |D| as stored into slot 8 (one float, zeroed before
+// the launch), for the cast pass of a current-scaling output.
+//
 // Defines: TEC_N (% TEC_TILE_N == 0), TEC_TILE_N (128 or 256), TEC_K (elements; K bytes % 128 == 0), TEC_E, TEC_ROWS (all
 // experts' rows), TEC_BF16 (1: bf16 operands; 0: FP8 E4M3 with per-expert W scale_inv and one X
-// scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32). Slots: 0 W, 1 W
-// scale_inv [E], 2 X, 3 X scale_inv, 4 bias [E, N], 5 m_splits, 6 D, 7 status. Dynamic shared
+// scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32), TEC_GATED, TEC_ACT,
+// TEC_AMAX. Slots: 0 W, 1 W scale_inv [E], 2 X, 3 X scale_inv, 4 bias [E, N], 5 m_splits, 6 D,
+// 7 status, 8 amax. Dynamic shared
 // memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
 #include "hopper.cuh"
 #include "mid_m_layout.h"
+#include "tec_math.h"
+
+#ifndef TEC_GATED
+#define TEC_GATED 0
+#endif
+#ifndef TEC_AMAX
+#define TEC_AMAX 0
+#endif
+#if TEC_GATED && TEC_TILE_N != 256
+#error "a gated epilogue pairs 128 gate with 128 up columns in a 256-column tile"
+#endif
 
 #define TEC_SLOTS 4
 #define TEC_LAG 2          // steps a producer's cp.async runs ahead of its publication
@@ -41,11 +60,13 @@ constexpr int kStepBytes = 128;
 constexpr int kWSlotBytes = TEC_TILE_N * kStepBytes;
 constexpr int kSlotBytes = (TEC_TILE_N + TEC_TILE) * kStepBytes;
 constexpr int kSteps = (int)(TEC_K_BYTES / kStepBytes);
-constexpr int kColumnTiles = TEC_N / TEC_TILE_N;
+constexpr i64 kOutColumns = TEC_GATED ? TEC_N / 2 : TEC_N;       // D's row length
+constexpr int kOutTileColumns = TEC_GATED ? 128 : TEC_TILE_N;     // D's columns per tile
+constexpr int kColumnTiles = (int)(kOutColumns / kOutTileColumns);
 constexpr int kAccumulators = TEC_TILE_N / 2;
 
 struct TecGroupedArgs {
-  unsigned long long slot[8];
+  unsigned long long slot[9];
 };
 
 // d += A (64 rows of X) . B (TEC_TILE_N rows of W)^T over 32 bytes of K; TEC_TILE_N / 2 fp32
@@ -126,7 +147,7 @@ struct TecTile {
   int expert;
   i64 first_row;  // of the tile, in X and D
   int rows;       // valid rows in the tile, 1..128
-  i64 n0;         // first column
+  i64 n0;         // first column of D
 };
 __device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, TecTile& tile, bool& bad) {
   i64 row = 0, left = block;
@@ -146,7 +167,7 @@ __device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, Te
       tile.expert = e;
       tile.first_row = row + row_tile * TEC_TILE;
       tile.rows = (int)(m - row_tile * TEC_TILE < TEC_TILE ? m - row_tile * TEC_TILE : TEC_TILE);
-      tile.n0 = column_tile * TEC_TILE_N;
+      tile.n0 = column_tile * kOutTileColumns;
     } else if (!found) {
       left -= tiles;
     }
@@ -186,7 +207,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     const u8* x = (const u8*)args.slot[2];
     const u8* w = (const u8*)args.slot[0];
-    const i64 w_row = (i64)tile.expert * TEC_N + tile.n0;
+    // The tile's W rows, 64 per part (gated: two parts of gate rows, then two of up rows).
+    auto w_row = [&](int part) -> i64 {
+      const i64 expert_row = (i64)tile.expert * TEC_N;
+      if (TEC_GATED && part >= 2) return expert_row + TEC_N / 2 + tile.n0 + (part - 2) * 64;
+      return expert_row + tile.n0 + part * 64;
+    };
     for (int step = 0; step < kSteps; ++step) {
       const int s = step % TEC_SLOTS;
       if (step >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((step / TEC_SLOTS - 1) & 1));
@@ -196,7 +222,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
         // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
 #pragma unroll
         for (int part = 0; part < TEC_TILE_N / 64; ++part)
-          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row + part * 64, 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
+          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
@@ -249,25 +275,63 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #else
   const float alpha = ((const float*)args.slot[1])[tile.expert] * *(const float*)args.slot[3];
 #endif
-  // Columns n and n + 1 are stored together.
+  auto bias_at = [&](i64 column) -> float {
+    const i64 index = (i64)tile.expert * TEC_N + column;
+#if TEC_BIAS == 1
+    return tec_bf16_to_float(((const u16*)args.slot[4])[index]);
+#elif TEC_BIAS == 2
+    return ((const float*)args.slot[4])[index];
+#else
+    (void)index;
+    return 0.0f;
+#endif
+  };
+  float amax = 0.0f;
+  // Columns n and n + 1 of D are stored together.
+  auto store = [&](int row, i64 n, float v0, float v1) {
+    const i64 out = (tile.first_row + row) * kOutColumns + n;
+#if TEC_OUT == 2
+    *(float2*)((float*)args.slot[6] + out) = make_float2(v0, v1);
+    amax = fmaxf(amax, fmaxf(fabsf(v0), fabsf(v1)));
+#else
+    const u16 b0 = tec_float_to_bf16(v0), b1 = tec_float_to_bf16(v1);
+    *(u32*)((u16*)args.slot[6] + out) = (u32)b0 | ((u32)b1 << 16);
+    amax = fmaxf(amax, fmaxf(fabsf(tec_bf16_to_float(b0)), fabsf(tec_bf16_to_float(b1))));  // of what the cast pass reads
+#endif
+  };
+#if TEC_GATED
+  // Accumulators i < 64 are gate columns, i + 64 the up column 128 further on.
+#pragma unroll
+  for (int i = 0; i < kAccumulators / 2; i += 2) {
+    const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
+    const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
+    if (row >= tile.rows) continue;
+    const float g0 = alpha * acc[i] + bias_at(n), g1 = alpha * acc[i + 1] + bias_at(n + 1);
+    const float u0 = alpha * acc[i + 64] + bias_at(TEC_N / 2 + n), u1 = alpha * acc[i + 65] + bias_at(TEC_N / 2 + n + 1);
+    store(row, n, tec_apply_activation(TEC_ACT, g0) * u0, tec_apply_activation(TEC_ACT, g1) * u1);
+  }
+#else
 #pragma unroll
   for (int i = 0; i < kAccumulators; i += 2) {
     const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
     const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
     if (row >= tile.rows) continue;
-    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-#if TEC_BIAS == 1
-    v0 += tec_bf16_to_float(((const u16*)args.slot[4])[(i64)tile.expert * TEC_N + n]);
-    v1 += tec_bf16_to_float(((const u16*)args.slot[4])[(i64)tile.expert * TEC_N + n + 1]);
-#elif TEC_BIAS == 2
-    v0 += ((const float*)args.slot[4])[(i64)tile.expert * TEC_N + n];
-    v1 += ((const float*)args.slot[4])[(i64)tile.expert * TEC_N + n + 1];
-#endif
-    const i64 out = (tile.first_row + row) * TEC_N + n;
-#if TEC_OUT == 2
-    *(float2*)((float*)args.slot[6] + out) = make_float2(v0, v1);
-#else
-    *(u32*)((u16*)args.slot[6] + out) = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
-#endif
+    store(row, n, alpha * acc[i] + bias_at(n), alpha * acc[i + 1] + bias_at(n + 1));
   }
+#endif
+#if TEC_AMAX
+  // One atomic per block: the consumers' warps meet on named barrier 1.
+  __shared__ float warp_amax[8];
+  for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  if (lane == 0) warp_amax[consumer * 4 + warp] = amax;
+  asm volatile("bar.sync 1, 256;" ::: "memory");
+  if (consumer == 0 && tid == 0) {
+    float block_amax = 0.0f;
+#pragma unroll
+    for (int w = 0; w < 8; ++w) block_amax = fmaxf(block_amax, warp_amax[w]);
+    tec_atomic_amax((float*)args.slot[8], block_amax);
+  }
+#else
+  (void)amax;
+#endif
 }

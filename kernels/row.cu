@@ -93,17 +93,9 @@ __device__ __forceinline__ float tec_activation_derivative(float x) {
 #endif
 }
 
-__device__ __forceinline__ float tec_activation(float x) {
-#if TEC_ACT == 1
-  return tec_gelu_tanh(x);
-#elif TEC_ACT == 2
-  return tec_gelu_erf(x);
-#elif TEC_ACT == 3
-  return tec_relu(x);
-#else
-  return tec_silu(x);
+#ifdef TEC_ACT
+__device__ __forceinline__ float tec_activation(float x) { return tec_apply_activation(TEC_ACT, x); }
 #endif
-}
 
 // The block-wide sum in the order tec_row_sum_order (kernels/tec_math.h) replays on the CPU.
 __device__ float tec_block_sum(float v, float* scratch) {

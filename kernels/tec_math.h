@@ -217,6 +217,18 @@ TEC_HD float tec_gelu_erf(float x) { return 0.5f * x * (1.0f + tec_erf(x * 0.707
 TEC_HD float tec_relu(float x) { return x > 0.0f ? x : 0.0f; }
 TEC_HD float tec_silu(float x) { return x / (1.0f + tec_exp(-x)); }
 
+// An activation by its kernels' code (TEC_ACT; src/codegen/lower.cpp's activation_code):
+// 1 GELU (tanh), 2 GELU (erf), 3 ReLU, else SiLU. The gated ones (swiglu, geglu) apply it to
+// the first half of the input's last dim and multiply by the second.
+TEC_HD float tec_apply_activation(int code, float x) {
+  switch (code) {
+    case 1: return tec_gelu_tanh(x);
+    case 2: return tec_gelu_erf(x);
+    case 3: return tec_relu(x);
+    default: return tec_silu(x);
+  }
+}
+
 // Their derivatives, for the backward (train plans). d/dx of x * Phi(x) is Phi(x) + x * phi(x);
 // of the tanh form, 0.5 (1 + t) + 0.5 x (1 - t^2) u' with u = sqrt(2/pi) (x + 0.044715 x^3).
 TEC_HD float tec_dgelu_tanh(float x) {

@@ -96,7 +96,13 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
       scratch.push_back(codegen::lower_for_gpu(p.graph, copy, scratch_modules, target));
     }
     layouts = codegen::weight_device_layouts(scratch);
-    each([&](CompiledProfile& p) { p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, target, &layouts); });
+    for (size_t i = 0; i < result.profiles.size(); ++i) {
+      CompiledProfile& p = result.profiles[i];
+      p.gpu = codegen::lower_for_gpu(p.graph, p.schedule, modules, target, &layouts);
+      // A profile the scratch lowering refused leaves no weight in tec's own layouts, which the
+      // real lowering would name as its reason; the scratch's reason is the real one.
+      if (!p.gpu.supported && !scratch[i].supported) p.gpu = std::move(scratch[i]);
+    }
   });
   if (stop_after("lower")) return result;
   run.step("memory_plan", [&] {

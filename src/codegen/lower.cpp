@@ -1124,13 +1124,20 @@ class StepLowering {
     emit_row(p, output(n));
   }
 
-  // kernels/grouped_gemm.cu: one launch over every expert, m_splits read on the device.
+  // kernels/grouped_gemm.cu: one launch over every expert, m_splits read on the device. The
+  // fusion pass may have joined the gated activation reading the GEMM's output (swiglu, geglu):
+  // the kernel applies it in its epilogue when a 256-column tile can pair 128 gate with 128 up
+  // columns, else a row kernel does after it. A quantized output is staged in bf16 and cast by
+  // a row kernel; for current scaling the GEMM leaves the amax, so only the cast pass runs.
   void lower_grouped_gemm(const Node& n) {
-    require_single_node(n);
+    const Node* act = step_.nodes.size() == 2 ? &node(1) : nullptr;
+    if (step_.nodes.size() > 2 || (act && !is_gated(act->op)))
+      throw NotLowered{"step '" + step_.name + "' fuses ops into grouped_linear '" + n.name + "' that the grouped GEMM does not take"};
     const Value& x = input(n, 0);
     const Value& splits = input(n, 1);
     const Value& w = input(n, 2);
-    const Value& out = output(n);
+    const Value& gemm_out = output(n);
+    const Value& out = act ? output(*act) : gemm_out;
     const bool bias = n.attrs.get_bool("bias", false);
     const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
     const int64_t rows = x.proto.shape.rows();
@@ -1149,9 +1156,9 @@ class StepLowering {
     if (n_out % 128 != 0 || (k * element_bytes) % 128 != 0)
       throw NotLowered{where + ": the grouped GEMM needs out_features % 128 == 0 and in_features x " + std::to_string(element_bytes) +
                        " bytes % 128 == 0, got " + std::to_string(n_out) + " and " + std::to_string(k)};
-    if (out.proto.quantizer || (out.proto.dtype != DType::bf16 && out.proto.dtype != DType::fp32))
-      throw NotLowered{where + " writes a " + (out.proto.quantizer ? out.proto.quantizer->str() : std::string(tec::to_string(out.proto.dtype))) +
-                       " output; the grouped GEMM writes bf16 or fp32"};
+    auto unquantized_16_or_32 = [](const Value& v) { return !v.proto.quantizer && (v.proto.dtype == DType::bf16 || v.proto.dtype == DType::fp32); };
+    if (!unquantized_16_or_32(gemm_out) && (act || !gemm_out.proto.quantizer))
+      throw NotLowered{where + " makes a " + std::string(tec::to_string(gemm_out.proto.dtype)) + " output; the grouped GEMM writes bf16 or fp32"};
     const std::string w_data = data(w);
     if (w.kind == ValueKind::weight) mid_m_weights_.push_back(w_data);
     if (layouts_ && layout_of(w_data) != "mid_m_tiles")
@@ -1162,13 +1169,32 @@ class StepLowering {
       if (bias_type != DType::bf16 && bias_type != DType::fp32) throw NotLowered{where + " has a " + std::string(tec::to_string(bias_type)) + " bias"};
     }
     // 256-column tiles halve the X each block streams per FLOP; 128 where N does not divide.
-    const int64_t tile_n = n_out % 256 == 0 ? 256 : 128;
-    const std::vector<std::string> defines = {
+    const bool gated_epilogue = act && (n_out / 2) % 128 == 0;
+    const int64_t tile_n = gated_epilogue || n_out % 256 == 0 ? 256 : 128;
+
+    // Where the kernel writes: the output itself, a bf16 staging buffer a row kernel quantizes,
+    // or (an activation it cannot fuse) the GEMM's output for the activation's row kernel.
+    const Value& written = gated_epilogue || !act ? out : gemm_out;
+    const bool staged = written.proto.quantizer.has_value();
+    if (!staged && !unquantized_16_or_32(written))
+      throw NotLowered{where + ": '" + written.name + "' is " + std::string(tec::to_string(written.proto.dtype)) + "; the grouped GEMM writes bf16 or fp32"};
+    const DType d_type = staged ? DType::bf16 : written.proto.dtype;
+    const std::string d = staged ? add_workspace("staging", TensorProto::dense(written.proto.shape, DType::bf16))
+                          : act && !gated_epilogue ? add_workspace(gemm_out.name, TensorProto::dense(gemm_out.proto.shape, d_type))
+                                                   : data(out);
+    const bool amax_in_epilogue = staged && written.proto.quantizer->kind == QuantizerKind::fp8_current;
+    std::string amax;
+    if (amax_in_epilogue) {
+      amax = add_workspace(written.name + ".amax", TensorProto::dense(Shape{1}, DType::fp32));
+      memset(amax);
+    }
+    std::vector<std::string> defines = {
         "TEC_N=" + std::to_string(n_out) + "LL", "TEC_TILE_N=" + std::to_string(tile_n), "TEC_K=" + std::to_string(k) + "LL",
         "TEC_E=" + std::to_string(experts),
         "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_BF16=" + std::string(bf16 ? "1" : "0"),
         "TEC_BIAS=" + std::string(!bias ? "0" : bias_type == DType::bf16 ? "1" : "2"),
-        "TEC_OUT=" + std::string(out.proto.dtype == DType::fp32 ? "2" : "0")};
+        "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"), "TEC_AMAX=" + std::string(amax_in_epilogue ? "1" : "0")};
+    if (gated_epilogue) defines.insert(defines.end(), {"TEC_GATED=1", "TEC_ACT=" + std::to_string(activation_code(*act))});
     KernelRequest request{"grouped_gemm.cu", defines, ""};
     request.arch_specific = true;
     Launch l;
@@ -1177,7 +1203,8 @@ class StepLowering {
     l.module = modules_.add(request);
     l.entry = "tec_grouped_gemm";
     // The most tiles any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E per column tile.
-    l.grid = {(ceil_div(rows, 128) + experts) * (n_out / tile_n), 1, 1};
+    const int64_t column_tiles = gated_epilogue ? n_out / 2 / 128 : n_out / tile_n;
+    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles, 1, 1};
     l.block = {384, 1, 1};  // a producer warpgroup and two consumers
     // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
@@ -1188,10 +1215,33 @@ class StepLowering {
               opt(!bf16, bf16 ? "" : role(x, BufferRole::scale_inv)),
               opt(bias, bias ? data(input(n, 3)) : ""),
               buf(data(splits)),
-              buf(data(out)),
-              status_bit(TEC_STATUS_BAD_SPLITS)};
+              buf(d),
+              status_bit(TEC_STATUS_BAD_SPLITS),
+              opt(amax_in_epilogue, amax)};
     out_.push_back(std::move(l));
     step_.fusions.push_back("gpu: tec's grouped GEMM (wgmma), m_splits read on the device");
+    if (gated_epilogue)
+      step_.fusions.push_back("gpu: " + act->op + " '" + act->name + "' in the grouped GEMM's epilogue (a tile pairs 128 gate with 128 up columns)");
+    if (act && !gated_epilogue) {
+      step_.fusions.push_back("gpu: " + act->op + " '" + act->name + "' by a row kernel after the grouped GEMM: out_features / 2 = " +
+                              std::to_string(n_out / 2) + " is no multiple of 128, so a tile cannot pair gate with up columns");
+      Producer p;
+      p.defines = {"TEC_PRODUCER=5", "TEC_IN_DTYPE=" + std::to_string(dtype_code(d_type, "'" + gemm_out.name + "'")),
+                   "TEC_ACT=" + std::to_string(activation_code(*act))};
+      p.inputs = {buf(d), {}, {}};
+      emit_row(p, out);
+      return;
+    }
+    if (!staged) return;
+    if (amax_in_epilogue) {
+      step_.fusions.push_back("gpu: fp8_current output of '" + written.name + "' staged in bf16 with its amax from the grouped GEMM, then cast by a row kernel");
+      const AmaxPartials partials{amax, 1};
+      emit_row(load(d, DType::bf16, "staging"), written, &partials);
+      return;
+    }
+    step_.fusions.push_back("gpu: " + std::string(tec::to_string(written.proto.quantizer->kind)) + " output of '" + written.name +
+                            "' staged in bf16, then quantized by a row kernel");
+    emit_row(load(d, DType::bf16, "staging"), written);
   }
 
   std::string layout_of(const std::string& buffer) const {

@@ -89,8 +89,18 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
       start_step(n);
       continue;
     }
-    // Epilogues and residuals fuse into a linear's cuBLASLt GEMM (not yet into the grouped GEMM).
+    // Epilogues and residuals fuse into a linear's cuBLASLt GEMM; a gated activation (an MoE
+    // expert's SwiGLU) into the grouped GEMM, whose tiles pair gate with up columns.
     auto linear_step = [&](int st) { return st >= 0 && g.node(s.steps[static_cast<size_t>(st)].nodes[0]).op == "linear"; };
+    if (node.op == "swiglu" || node.op == "geglu") {
+      const int st = joinable(0);
+      if (st >= 0 && s.steps[static_cast<size_t>(st)].nodes.size() == 1 &&
+          g.node(s.steps[static_cast<size_t>(st)].nodes[0]).op == "grouped_linear") {
+        const Node& gemm = g.node(s.steps[static_cast<size_t>(st)].nodes[0]);
+        join(st, n, node.inputs[0], node.op + " fused into " + gemm.name + "'s grouped GEMM step (on the GPU in its epilogue, where a tile can pair gate with up columns)");
+        continue;
+      }
+    }
     if (has_epilogue(node)) {
       const int st = joinable(0);
       if (linear_step(st) && s.steps[static_cast<size_t>(st)].kind == StepKind::gemm &&

@@ -38,6 +38,7 @@ struct FusionOptions {
 // Groups nodes into steps. Rules, in order of the issue that set them:
 // - an activation with a cuBLASLt epilogue (gelu tanh, relu) joins the linear it follows;
 // - a residual add joins the GEMM whose output it reads, as C with beta=1;
+// - a gated activation (swiglu, geglu) joins the grouped_linear it follows (its epilogue);
 // - an explicit quantize joins the non-GEMM step that produced its input;
 // - norm + quantize and activation + quantize are one node with a quantized output already
 //   (apply_recipe), recorded here as decisions.

@@ -1,7 +1,8 @@
 // MoE plans on the GPU (TEC_GPU_TEST_ONLY=moe), against the CPU reference executor:
-// - every kernel step (router, routing, permute with its quantize, swiglu, unpermute) run on the
-//   CPU from the GPU's arena before it gives the GPU's bytes exactly; the grouped GEMM steps
-//   are within kGemmBound of the CPU's;
+// - every kernel step (router, routing, permute with its quantize, unpermute) run on the CPU
+//   from the GPU's arena before it gives the GPU's bytes exactly; the grouped GEMM steps (fc1
+//   with the SwiGLU in its epilogue, or after it in a row kernel where a tile cannot pair gate
+//   with up columns) are within kGemmBound of the CPU's, kFp8OutputBound after an FP8 quantize;
 // - 100 replays of one CUDA graph with new routing every run, each output within kRunBound of
 //   the CPU reference on the same inputs: the router's own routing (new tokens each run), and
 //   routings given from outside: uniform, skewed, every token on one expert, experts left empty;
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <set>
@@ -25,10 +27,16 @@ namespace tec::gpu_test {
 
 namespace {
 
-// The GPU's grouped GEMM accumulates in another order than the reference's sequential sum; the
-// FP8 recipes then re-quantize the GEMM's output (the SwiGLU's input), where a value on a
-// rounding boundary moves by one FP8 step. Measured well below these bounds.
+// The GPU's grouped GEMM accumulates in another order than the reference's sequential sum, and
+// its epilogue's SwiGLU reads fp32 sums rather than the reference's bf16 fc1 output; the FP8
+// recipes then quantize the SwiGLU's output, where a value on a rounding boundary moves by one
+// FP8 step. Measured well below these bounds.
 constexpr double kGemmBound = 0.01;
+// A GEMM step whose output is FP8 (fc1 with its SwiGLU, quantized for fc2) is compared after
+// that quantize: GEMM differences far below 1e-2 move the values near a rounding boundary by
+// one E4M3 step (up to 1/8 of the value), so a few percent of the elements differ by that much.
+// Measured: up to 1.7e-2 on moe_tiny and moe_medium.
+constexpr double kFp8OutputBound = 0.03;
 constexpr double kRunBound = 0.05;
 
 std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKind recipe, const std::string& arch) {
@@ -39,6 +47,11 @@ std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKi
   const CompileResult compiled = compile(options);
   if (!compiled.profiles.at(0).gpu.supported) throw std::runtime_error(path + ": no GPU code: " + compiled.profiles.at(0).gpu.reason);
   return std::make_shared<const plan::Plan>(plan::Plan::load(plan::serialize_plan(compiled.plan->manifest, compiled.plan->blobs), path));
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 std::string write_model(const std::string& name, const std::string& text) {
@@ -103,7 +116,7 @@ struct Bench {
 // Each step, eager, against the CPU from the GPU's arena before it.
 int check_steps(Bench& b, const std::string& label) {
   int failures = 0, kernel_steps = 0, identical = 0, gemm_steps = 0;
-  double worst_gemm = 0;
+  double worst_gemm = 0, worst_fp8_output = 0;
   b.upload_inputs();
   for (int run = 0; run < 2; ++run) {  // the second: delayed scaling casts with scales from a history
     b.gpu.poison(b.stream);
@@ -124,14 +137,16 @@ int check_steps(Bench& b, const std::string& label) {
         } else {
           reference::Session view(*b.plan, b.profile);
           view.set_arena(after);
-          const std::string& out = st.ops.at(0).outputs.at(0);
+          const std::string& out = st.ops.back().outputs.at(0);  // fc1's own output lives inside the step
           const double error = relative_error(view.read(out).values, cpu.read(out).values);
-          worst_gemm = std::max(worst_gemm, error);
+          const bool fp8_output = b.profile.tensors.at(out).proto.quantizer.has_value();
+          const double bound = fp8_output ? kFp8OutputBound : kGemmBound;
+          (fp8_output ? worst_fp8_output : worst_gemm) = std::max(fp8_output ? worst_fp8_output : worst_gemm, error);
           ++gemm_steps;
-          if (!(error < kGemmBound)) {
+          if (!(error < bound)) {
             ++failures;
             std::printf("  FAIL %s: grouped GEMM step '%s' is %.4g from the CPU reference (bound %.2g)\n", label.c_str(), st.name.c_str(),
-                        error, kGemmBound);
+                        error, bound);
           }
         }
       }
@@ -139,8 +154,9 @@ int check_steps(Bench& b, const std::string& label) {
     });
   }
   failures += kernel_steps - identical;
-  std::printf("  %-40s kernel steps bit-identical: %d/%d; grouped GEMM steps %d, worst ||gpu-cpu||/||cpu|| %.2e (bound %.0e)\n",
-              label.c_str(), identical, kernel_steps, gemm_steps, worst_gemm, kGemmBound);
+  std::printf("  %-40s kernel steps bit-identical: %d/%d; grouped GEMM steps %d, worst ||gpu-cpu||/||cpu|| %.2e (bound %.0e), "
+              "with an FP8 output %.2e (bound %.0e)\n",
+              label.c_str(), identical, kernel_steps, gemm_steps, worst_gemm, kGemmBound, worst_fp8_output, kFp8OutputBound);
   return failures;
 }
 
@@ -148,6 +164,9 @@ int check_steps(Bench& b, const std::string& label) {
 int router_case(const std::string& model, RecipeKind recipe, const std::string& arch, cudaStream_t stream) {
   const auto plan = compile_plan(model, recipe, arch);
   int failures = 0;
+  for (const plan::Step& st : plan->profiles.at(0).steps)
+    for (const std::string& f : st.fusions)
+      if (f.starts_with("gpu: swiglu")) std::printf("  %s: %s\n", std::filesystem::path(model).filename().string().c_str(), f.c_str());
   for (size_t p = 0; p < plan->profiles.size(); ++p) {
     Bench b(plan, p, stream);
     const std::string label = std::filesystem::path(model).filename().string() + " " + std::string(to_string(recipe)) + " T=" +
@@ -280,6 +299,12 @@ int moe_test(const std::string& arch) {
   int failures = 0;
   const std::string tiny = std::string(TEC_SOURCE_DIR) + "/examples/moe_tiny.json";
   const std::string medium = std::string(TEC_SOURCE_DIR) + "/tests/gpu/moe_medium.json";
+  // Experts of ffn 64: no 256-column tile pairs gate with up columns, so the SwiGLU runs after
+  // the grouped GEMM (bf16: the FP8 fc2 would need K % 128).
+  std::string narrow = read_text(tiny);
+  const std::string dims = R"("F2": 256, "F": 128)";
+  narrow.replace(narrow.find(dims), dims.size(), R"("F2": 128, "F": 64)");
+  failures += router_case(write_model("narrow_experts", narrow), RecipeKind::bf16, arch, stream);
   for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed}) {
     failures += router_case(tiny, recipe, arch, stream);
     failures += router_case(medium, recipe, arch, stream);

@@ -1,0 +1,116 @@
+// The GPU lowering of MoE layers, on a machine with no GPU: where an expert's SwiGLU runs (in the
+// grouped GEMM's epilogue, or in a row kernel after it), what the GEMM writes, and which
+// launches follow it. tests/gpu/moe_gpu_test.cpp runs both paths on the GPU.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "codegen/lower.h"
+#include "compiler.h"
+#include "test_util.h"
+
+namespace tec::codegen {
+
+namespace {
+
+// examples/moe_tiny.json with the experts' ffn F (fc1's out_features 2F).
+std::string moe_tiny_with_ffn(int64_t ffn) {
+  std::string text = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
+  const std::string dims = R"("F2": 256, "F": 128)";
+  REQUIRE(text.find(dims) != std::string::npos);
+  text.replace(text.find(dims), dims.size(), R"("F2": )" + std::to_string(2 * ffn) + R"(, "F": )" + std::to_string(ffn));
+  const auto path = std::filesystem::temp_directory_path() / ("tec_moe_lowering_" + std::to_string(ffn) + ".json");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+CompileResult lowered(const std::string& model, RecipeKind recipe) {
+  CompileOptions options;
+  options.model_path = model;
+  options.frontend.recipe = recipe;
+  options.frontend.dim_overrides["T"] = {64};
+  options.archs = {"sm_90"};
+  options.cache_dir = (std::filesystem::temp_directory_path() / ("tec_moe_lowering_" + std::to_string(::getpid()))).string();
+  options.dump_after = "lower";
+  return compile(options);
+}
+
+const Step& step_named(const CompiledProfile& p, const std::string& name, int* index) {
+  for (size_t i = 0; i < p.schedule.steps.size(); ++i)
+    if (p.schedule.steps[i].name == name) {
+      *index = static_cast<int>(i);
+      return p.schedule.steps[i];
+    }
+  FAIL("no step " << name);
+  throw;
+}
+
+std::vector<const Launch*> launches_of(const CompiledProfile& p, int step) {
+  std::vector<const Launch*> out;
+  for (const Launch& l : p.gpu.launches)
+    if (l.step == step) out.push_back(&l);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("an expert's SwiGLU joins fc1's grouped GEMM step: in the epilogue when a 256-column tile pairs gate with up columns") {
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE(p.gpu.supported);
+    int index = -1;
+    const Step& step = step_named(p, "fc1+act", &index);
+    CHECK(step.kind == StepKind::gemm);
+    CHECK(std::any_of(step.fusions.begin(), step.fusions.end(),
+                      [](const std::string& f) { return f.starts_with("gpu: swiglu 'act' in the grouped GEMM's epilogue"); }));
+    const std::vector<const Launch*> launches = launches_of(p, index);
+    std::vector<std::string> entries;
+    for (const Launch* l : launches) entries.push_back(l->kind == Launch::Kind::memset ? "memset" : l->entry);
+    if (recipe == RecipeKind::bf16) {
+      // The bf16 SwiGLU output is written by the GEMM itself, [rows, F].
+      CHECK(entries == std::vector<std::string>{"tec_grouped_gemm"});
+      CHECK(launches[0]->args.at(6).buffer == value_buffer_name("act", BufferRole::data));
+    } else if (recipe == RecipeKind::fp8_current) {
+      // Staged in bf16 with the amax from the epilogue (one float, zeroed first): the cast pass alone.
+      CHECK(entries == std::vector<std::string>{"memset", "tec_grouped_gemm", "tec_row"});
+      CHECK(launches[1]->args.at(8).buffer == launches[0]->buffer);
+    } else {
+      // Delayed scaling's row kernel casts the staged values with the history's scale.
+      CHECK(entries == std::vector<std::string>{"tec_grouped_gemm", "tec_row"});
+      CHECK(launches[0]->args.at(8).kind == LaunchArg::Kind::none);
+    }
+  }
+}
+
+TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 != 0), a row kernel runs the SwiGLU after the GEMM") {
+  const CompileResult r = lowered(moe_tiny_with_ffn(64), RecipeKind::bf16);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  int index = -1;
+  const Step& step = step_named(p, "fc1+act", &index);
+  CHECK(std::any_of(step.fusions.begin(), step.fusions.end(), [](const std::string& f) {
+    return f.find("by a row kernel after the grouped GEMM: out_features / 2 = 64 is no multiple of 128") != std::string::npos;
+  }));
+  const std::vector<const Launch*> launches = launches_of(p, index);
+  REQUIRE(launches.size() == 2);
+  CHECK(launches[0]->entry == "tec_grouped_gemm");
+  CHECK(launches[1]->entry == "tec_row");
+  // The GEMM's [rows, 2F] output goes to a workspace of the step, which the row kernel reads.
+  CHECK(launches[0]->args.at(6).buffer == launches[1]->args.at(0).buffer);
+  CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
+}
+
+TEST_CASE("a grouped GEMM the kernel cannot take names the real reason, not the weight layout it was then denied") {
+  // F = 192: fc2 reads 192 bytes of FP8 per row, not a multiple of the kernel's 128-byte steps.
+  const CompileResult r = lowered(moe_tiny_with_ffn(192), RecipeKind::fp8_current);
+  const CompiledProfile& p = r.profiles.at(0);
+  CHECK_FALSE(p.gpu.supported);
+  CHECK(p.gpu.step == "fc2");
+  CHECK(p.gpu.reason.find("in_features x 1 bytes % 128 == 0, got 256 and 192") != std::string::npos);
+}
+
+}  // namespace tec::codegen
