@@ -29,7 +29,9 @@
 // Input dtypes (TEC_IN_DTYPE for slot 0, TEC_PARAM_DTYPE for slots 1-2): 0 bf16, 1 fp16, 2 fp32.
 // Outputs (TEC_OUT): 0 bf16, 1 fp16, 2 fp32, 10 FP8 current scaling, 11 FP8 delayed scaling,
 // 12 FP8 1x128 blocks, 13 MXFP8, 14 NVFP4, 15 FP8 with the model's static scale
-// (TEC_STATIC_SCALE_INV: code = x / scale_inv, as ONNX QuantizeLinear). TEC_PASS: 0 the only pass, 1 the amax pass and
+// (TEC_STATIC_SCALE_INV: code = x / scale_inv, as ONNX QuantizeLinear); TEC_OUT_MID_M_TILES=1
+// with bf16 stores the rows in kernels/mid_m_layout.h's device layout (a dequantized grouped
+// weight for the grouped GEMM; rows % 64 == 0, TEC_N % 64 == 0). TEC_PASS: 0 the only pass, 1 the amax pass and
 // 2 the cast pass of the quantizers that need the whole tensor's amax first.
 //
 // Arguments: one TecArgs by value, slots in this order:
@@ -43,6 +45,12 @@
 // pass: a memset node cost ~2 us in a replayed graph on the H100, a kernel node ~1 us.
 #include "common.cuh"
 #include "tec_math.h"
+#ifndef TEC_OUT_MID_M_TILES
+#define TEC_OUT_MID_M_TILES 0
+#endif
+#if TEC_OUT_MID_M_TILES
+#include "mid_m_layout.h"
+#endif
 
 struct TecArgs {
   unsigned long long slot[12];
@@ -246,7 +254,11 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   const u8 byte = data[r * (TEC_N / 2) + c / 2];
   const u8 code = (c % 2 == 0) ? (byte & 0xF) : (byte >> 4);
   const u8 s_b = ((const u8*)in1)[r * ((TEC_N / 16 + 3) / 4 * 4) + c / 16];
+#ifdef TEC_DQ_MEMBER_ROWS  // a grouped weight: each member (TEC_DQ_MEMBER_ROWS rows) has its own amax
+  const double global = (double)((const float*)in2)[r / TEC_DQ_MEMBER_ROWS] / (6.0 * 448.0);
+#else
   const double global = (double)*(const float*)in2 / (6.0 * 448.0);
+#endif
   return (float)((double)tec_e2m1_to_float(code) * (double)tec_e4m3_to_float(s_b) * global);
 #endif
 #endif
@@ -385,7 +397,9 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 
 #if TEC_OUT == 0 || TEC_OUT == 1 || TEC_OUT == 2
   tec_for_row(args, row, [&](i64 i, float v) {
-#if TEC_OUT == 0
+#if TEC_OUT == 0 && TEC_OUT_MID_M_TILES
+    ((u16*)args.slot[3])[tec_mid_m_tiled_offset(row.r, 2 * i, 2 * TEC_N) / 2] = tec_float_to_bf16(v);
+#elif TEC_OUT == 0
     ((u16*)args.slot[3])[row.r * TEC_N + i] = tec_float_to_bf16(v);
 #elif TEC_OUT == 1
     ((u16*)args.slot[3])[row.r * TEC_N + i] = tec_float_to_fp16(v);

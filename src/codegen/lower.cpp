@@ -6,6 +6,7 @@
 
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
+#include "ir/grouped_tensor.h"
 #include "mid_m_layout.h"
 #include "status.h"
 #include "ops/common.h"
@@ -1147,11 +1148,18 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && (q->kind == QuantizerKind::fp8_current || q->kind == QuantizerKind::fp8_delayed) && q->dtype == DType::fp8_e4m3;
     };
-    const bool bf16 = !x.proto.quantizer && !w.proto.quantizer && x.proto.dtype == DType::bf16 && w.proto.dtype == DType::bf16;
+    auto block_scaled = [](const Value& v) {
+      const auto& q = v.proto.quantizer;
+      return q && (q->kind == QuantizerKind::fp8_block || q->kind == QuantizerKind::mxfp8 || q->kind == QuantizerKind::nvfp4);
+    };
+    // Block-scaled operands (fp8-block, mxfp8, nvfp4) are dequantized to bf16 every run, as the
+    // dense GEMMs cuBLASLt cannot take are: the kernel has no per-block scale promotion yet.
+    const bool dequantized = block_scaled(x) && block_scaled(w) && x.proto.quantizer->kind == w.proto.quantizer->kind;
+    const bool bf16 = dequantized || (!x.proto.quantizer && !w.proto.quantizer && x.proto.dtype == DType::bf16 && w.proto.dtype == DType::bf16);
     if (!bf16 && !(fp8_e4m3_per_tensor(x) && fp8_e4m3_per_tensor(w)))
       throw NotLowered{where + " reads " + (x.proto.quantizer ? x.proto.quantizer->str() : std::string(tec::to_string(x.proto.dtype))) +
-                       " operands; tec's grouped GEMM takes bf16 and per-tensor FP8 E4M3 (fp8-current, fp8-delayed) so far: fp8-block, "
-                       "mxfp8 and nvfp4 MoE layers run on the CPU reference"};
+                       " operands; tec's grouped GEMM takes bf16, per-tensor FP8 E4M3 (fp8-current, fp8-delayed) and, "
+                       "dequantized to bf16, fp8-block, mxfp8 and nvfp4"};
     const int64_t element_bytes = bf16 ? 2 : 1;
     if (n_out % 128 != 0 || (k * element_bytes) % 128 != 0)
       throw NotLowered{where + ": the grouped GEMM needs out_features % 128 == 0 and in_features x " + std::to_string(element_bytes) +
@@ -1159,10 +1167,20 @@ class StepLowering {
     auto unquantized_16_or_32 = [](const Value& v) { return !v.proto.quantizer && (v.proto.dtype == DType::bf16 || v.proto.dtype == DType::fp32); };
     if (!unquantized_16_or_32(gemm_out) && (act || !gemm_out.proto.quantizer))
       throw NotLowered{where + " makes a " + std::string(tec::to_string(gemm_out.proto.dtype)) + " output; the grouped GEMM writes bf16 or fp32"};
-    const std::string w_data = data(w);
-    if (w.kind == ValueKind::weight) mid_m_weights_.push_back(w_data);
-    if (layouts_ && layout_of(w_data) != "mid_m_tiles")
-      throw NotLowered{where + ": its weight '" + w.name + "' is read by other kernels too, and the grouped GEMM needs it in its own device layout"};
+    std::string w_data, x_data;
+    if (dequantized) {
+      w_data = dequantize_grouped_weight(w, experts * n_out, n_out, k);
+      x_data = dequantize_to(x, x.name + ".bf16");
+      step_.fusions.push_back("gpu: " + std::string(tec::to_string(x.proto.quantizer->kind)) +
+                              ": tec's grouped GEMM has no block scales yet: every expert's weight and the tokens dequantized to bf16 "
+                              "every run (the weight into the GEMM's tiled layout), bf16 grouped GEMM");
+    } else {
+      w_data = data(w);
+      x_data = data(x);
+      if (w.kind == ValueKind::weight) mid_m_weights_.push_back(w_data);
+      if (layouts_ && layout_of(w_data) != "mid_m_tiles")
+        throw NotLowered{where + ": its weight '" + w.name + "' is read by other kernels too, and the grouped GEMM needs it in its own device layout"};
+    }
     DType bias_type = DType::bf16;
     if (bias) {
       bias_type = input(n, 3).proto.dtype;
@@ -1211,7 +1229,7 @@ class StepLowering {
     auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };
     l.args = {buf(w_data),
               opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)),
-              buf(data(x)),
+              buf(x_data),
               opt(!bf16, bf16 ? "" : role(x, BufferRole::scale_inv)),
               opt(bias, bias ? data(input(n, 3)) : ""),
               buf(data(splits)),
@@ -1242,6 +1260,23 @@ class StepLowering {
     step_.fusions.push_back("gpu: " + std::string(tec::to_string(written.proto.quantizer->kind)) + " output of '" + written.name +
                             "' staged in bf16, then quantized by a row kernel");
     emit_row(load(d, DType::bf16, "staging"), written);
+  }
+
+  // A block-scaled grouped weight [experts x n_out rows, k] as bf16 in kernels/mid_m_layout.h's
+  // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
+  // tensor's, which holds when every member's are the same size and packed back to back.
+  std::string dequantize_grouped_weight(const Value& w, int64_t rows, int64_t member_rows, int64_t k) {
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers())
+      for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
+        if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
+          throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(b.spec.role)) +
+                           " buffers are not equal and packed, so no one dequantize kernel reads them"};
+    const std::string out = add_workspace(w.name + ".bf16_tiles", TensorProto::dense(Shape{rows, k}, DType::bf16));
+    Producer p = dequantize_producer(w);
+    p.defines.push_back("TEC_OUT_MID_M_TILES=1");
+    if (w.proto.quantizer->kind == QuantizerKind::nvfp4) p.defines.push_back("TEC_DQ_MEMBER_ROWS=" + std::to_string(member_rows) + "LL");
+    emit_row_to(p, rows, k, out, DType::bf16);
+    return out;
   }
 
   std::string layout_of(const std::string& buffer) const {

@@ -104,6 +104,36 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
 }
 
+TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf16 every run and multiplied by the bf16 grouped GEMM") {
+  for (RecipeKind recipe : {RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE(p.gpu.supported);
+    for (const std::string name : {"fc1+act", "fc2"}) {
+      CAPTURE(name);
+      int index = -1;
+      const Step& step = step_named(p, name, &index);
+      CHECK(std::any_of(step.fusions.begin(), step.fusions.end(), [](const std::string& f) {
+        return f.find("every expert's weight and the tokens dequantized to bf16 every run") != std::string::npos;
+      }));
+      const std::vector<const Launch*> launches = launches_of(p, index);
+      REQUIRE(launches.size() >= 3);
+      // The weight (every expert, row-major in the plan) into the GEMM's tiled bf16 workspace,
+      // the tokens into a bf16 workspace; the GEMM reads both.
+      const std::string weight = name == "fc1+act" ? "fc1.weight" : "fc2.weight";
+      CHECK(launches[0]->entry == "tec_row");
+      CHECK(launches[0]->args.at(0).buffer == value_buffer_name(weight, BufferRole::data));
+      CHECK(launches[0]->grid[0] == 4 * 256);  // experts x out_features rows (F2 = H = 256)
+      CHECK(launches[1]->entry == "tec_row");
+      CHECK(launches[2]->entry == "tec_grouped_gemm");
+      CHECK(launches[2]->args.at(0).buffer == launches[0]->args.at(3).buffer);
+      CHECK(launches[2]->args.at(2).buffer == launches[1]->args.at(3).buffer);
+      CHECK(launches[2]->args.at(1).kind == LaunchArg::Kind::none);  // no scales: bf16 operands
+    }
+  }
+}
+
 TEST_CASE("a grouped GEMM the kernel cannot take names the real reason, not the weight layout it was then denied") {
   // F = 192: fc2 reads 192 bytes of FP8 per row, not a multiple of the kernel's 128-byte steps.
   const CompileResult r = lowered(moe_tiny_with_ffn(192), RecipeKind::fp8_current);
