@@ -80,6 +80,68 @@ inline Tensors forward_fp64(const Graph& g, Tensors values) {
         y[i] = tec_dropout_keep(static_cast<unsigned long long>(n.attrs.get_int("seed", 0)), i, static_cast<float>(p)) ? y[i] / (1 - p) : 0;
     } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
       y = in(0);  // straight through: the fp64 model does not quantize
+    } else if (n.op == "moe_router") {
+      const int64_t experts = n.attrs.get_int("num_experts", 0), top_k = n.attrs.get_int("top_k", 0);
+      const std::vector<double> logits = linear(in(0), rows, k, in(1), nullptr);
+      std::vector<double> indices;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<double> p(logits.begin() + r * experts, logits.begin() + (r + 1) * experts);
+        const double top = *std::max_element(p.begin(), p.end());
+        double sum = 0;
+        for (double& v : p) {
+          v = n.attrs.get_string("score_function", "softmax") == "softmax" ? std::exp(v - top) : 1 / (1 + std::exp(-v));
+          sum += v;
+        }
+        if (n.attrs.get_string("score_function", "softmax") == "softmax")
+          for (double& v : p) v /= sum;
+        std::vector<int64_t> order(static_cast<size_t>(experts));
+        for (int64_t e = 0; e < experts; ++e) order[static_cast<size_t>(e)] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return p[static_cast<size_t>(a)] > p[static_cast<size_t>(b)]; });
+        double total = 0;
+        for (int64_t j = 0; j < top_k; ++j) total += p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+        for (int64_t j = 0; j < top_k; ++j) {
+          const double w = p[static_cast<size_t>(order[static_cast<size_t>(j)])];
+          y.push_back(n.attrs.get_bool("normalize_topk", false) ? w / total : w);
+          indices.push_back(static_cast<double>(order[static_cast<size_t>(j)]));
+        }
+      }
+      values[g.value(n.outputs[1]).name] = std::move(indices);
+    } else if (n.op == "moe_permute") {
+      // Rows in expert order, stable within an expert (moe_permute's layout).
+      const std::vector<double>& indices = in(1);
+      const int64_t experts = n.attrs.get_int("num_experts", 0), top_k = static_cast<int64_t>(indices.size()) / rows;
+      std::vector<double> m_splits(static_cast<size_t>(experts)), row_map(indices.size());
+      for (double e : indices) m_splits[static_cast<size_t>(e)] += 1;
+      std::vector<double> next(static_cast<size_t>(experts));
+      for (int64_t e = 1; e < experts; ++e) next[static_cast<size_t>(e)] = next[static_cast<size_t>(e - 1)] + m_splits[static_cast<size_t>(e - 1)];
+      y.resize(indices.size() * static_cast<size_t>(k));
+      for (size_t s = 0; s < indices.size(); ++s) {
+        row_map[s] = next[static_cast<size_t>(indices[s])]++;
+        std::copy_n(&in(0)[(s / static_cast<size_t>(top_k)) * static_cast<size_t>(k)], k, &y[static_cast<size_t>(row_map[s]) * static_cast<size_t>(k)]);
+      }
+      values[g.value(n.outputs[1]).name] = std::move(m_splits);
+      values[g.value(n.outputs[2]).name] = std::move(row_map);
+    } else if (n.op == "grouped_linear") {
+      const int64_t out = n.attrs.get_int("out_features", 0);
+      const bool bias = n.attrs.get_bool("bias", false);
+      int64_t row = 0;
+      for (size_t e = 0; e < in(1).size(); ++e)
+        for (int64_t i = 0; i < static_cast<int64_t>(in(1)[e]); ++i, ++row)
+          for (int64_t j = 0; j < out; ++j) {
+            double acc = bias ? in(3)[e * static_cast<size_t>(out) + static_cast<size_t>(j)] : 0.0;
+            for (int64_t c = 0; c < k; ++c)
+              acc += in(0)[static_cast<size_t>(row * k + c)] * in(2)[(e * static_cast<size_t>(out) + static_cast<size_t>(j)) * static_cast<size_t>(k) + static_cast<size_t>(c)];
+            y.push_back(acc);
+          }
+    } else if (n.op == "moe_unpermute") {
+      const std::vector<double>& row_map = in(1);
+      const std::vector<double>& weights = in(2);
+      const auto tokens = static_cast<size_t>(g.value(n.inputs[2]).proto.shape.rows()), slots_per_token = weights.size() / tokens;
+      y.assign(tokens * static_cast<size_t>(k), 0.0);
+      for (size_t s = 0; s < weights.size(); ++s)
+        for (int64_t c = 0; c < k; ++c)
+          y[(s / slots_per_token) * static_cast<size_t>(k) + static_cast<size_t>(c)] +=
+              weights[s] * in(0)[static_cast<size_t>(row_map[s]) * static_cast<size_t>(k) + static_cast<size_t>(c)];
     } else {
       throw std::runtime_error("the fp64 model has no op " + n.op);
     }

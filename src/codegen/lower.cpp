@@ -738,6 +738,8 @@ class StepLowering {
 
   void lower_gemm() {
     const Node& linear = node(0);
+    if (linear.op == "grouped_linear" && linear.computes_backward)
+      throw NotLowered{"the backward of grouped_linear '" + linear.name + "' (dgrad and wgrad per expert) has no GPU kernel yet"};
     if (linear.op == "grouped_linear") return lower_grouped_gemm(linear);
     if (linear.computes_backward) return lower_backward_linear(linear);
     if (linear.attrs.get_string("tp_mode", "none") != "none")

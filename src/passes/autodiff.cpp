@@ -240,7 +240,7 @@ class Autodiff {
     bool any = false, all = true;
     for (ValueId out : node.outputs) {
       const bool is_saved_output = std::any_of(node.saved.begin(), node.saved.end(), [&](const SavedTensor& s) { return s.value == out; });
-      if (is_saved_output) continue;
+      if (is_saved_output || !g_.value(out).proto.requires_grad) continue;  // integer outputs carry no gradient
       if (grad_of(out) >= 0) any = true;
       else all = false;
     }

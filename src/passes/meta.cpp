@@ -51,7 +51,9 @@ void run_forward(Graph& g) {
             << "value '" << out.name << "' is quantized twice";
         proto = proto.with_quantizer(out.quantizer);
       }
-      proto.requires_grad = requires_grad;
+      // Integer outputs (an MoE layer's expert indices, m_splits, row map) are routing, not
+      // values a gradient flows through.
+      proto.requires_grad = requires_grad && proto.dtype != DType::int32 && proto.dtype != DType::int64;
       out.proto = std::move(proto);
     }
     Node& mutable_node = g.node(n);

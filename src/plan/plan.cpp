@@ -389,11 +389,12 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       tensor.proto.usage = Usage{u.field("rowwise").get<bool>(), u.field("columnwise").get<bool>()};
     }
     tensor.proto.group_members = t.optional_integer("group_members", 2, kMaxDim);
-    TEC_USER_CHECK(!tensor.proto.is_grouped() || (tensor.kind == "weight" && tensor.proto.shape.rank() >= 2 &&
-                                                   tensor.proto.shape[0] == tensor.proto.group_members),
+    // Train plans hold a grouped weight's copy (made from its fp32 master every step) as an activation.
+    TEC_USER_CHECK(!tensor.proto.is_grouped() || ((tensor.kind == "weight" || tensor.kind == "activation") &&
+                                                  tensor.proto.shape.rank() >= 2 && tensor.proto.shape[0] == tensor.proto.group_members),
                    t.ctx("group_members"))
-        << "a grouped tensor is a weight of shape [group_members, ...]; '" << tensor.name << "' is a " << tensor.kind
-        << " of shape " << tensor.proto.shape.str();
+        << "a grouped tensor is a weight (or a train plan's copy of one) of shape [group_members, ...]; '" << tensor.name
+        << "' is a " << tensor.kind << " of shape " << tensor.proto.shape.str();
     for (const auto& [role_name, index] : t.field("buffers").items()) {
       auto role = parse_role(role_name);
       TEC_USER_CHECK(role && index.is_number_integer() && index.get<int64_t>() >= 0 && index.get<int64_t>() < buffer_count,

@@ -16,7 +16,7 @@ namespace {
 
 struct OpCase {
   std::string op;
-  std::vector<std::string> input_shapes;  // JSON arrays
+  std::vector<std::string> input_shapes;  // JSON arrays, each optionally followed by a dtype ("[4] int32")
   std::string attrs;                      // JSON object
   Shape output;
   std::vector<std::pair<std::string, int>> saved;  // name, aliased input slot (-1: new buffer)
@@ -44,6 +44,12 @@ const std::vector<OpCase>& op_cases() {
       {"dequantize", {"[32, 64]"}, "{}", {32, 64}, {}},  // fed by a quantize, see one_op_graph
       {"reshape", {"[32, 64]"}, R"({"shape": [-1, 32]})", {64, 32}, {}},
       {"identity", {"[32, 64]"}, "{}", {32, 64}, {}},
+      // The MoE layer; integer inputs (expert indices, m_splits, the row map) get no gradient.
+      {"moe_router", {"[16, 64]"}, R"({"in_features": 64, "num_experts": 4, "top_k": 2})", {16, 2}, {{"input", 0}, {"weight", 1}}},
+      {"moe_permute", {"[16, 64]", "[16, 2] int32"}, R"({"num_experts": 4})", {32, 64}, {{"indices", 1}}},
+      {"grouped_linear", {"[32, 64]", "[4] int32"}, R"({"num_gemms": 4, "in_features": 64, "out_features": 32})", {32, 32},
+       {{"input", 0}, {"m_splits", 1}, {"weight", 2}}},
+      {"moe_unpermute", {"[32, 64]", "[32] int32", "[16, 2] fp32"}, "{}", {16, 64}, {{"input", 0}, {"row_map", 1}, {"weights", 2}}},
   };
   return cases;
 }
@@ -60,8 +66,12 @@ std::string case_name(const OpCase& c) {
 std::string one_op_graph(const OpCase& c, bool inputs_require_grad) {
   std::string inputs, names;
   for (size_t i = 0; i < c.input_shapes.size(); ++i) {
-    inputs += (i ? "," : "") + std::string(R"({"name": "in)") + std::to_string(i) + R"(", "shape": )" +
-              c.input_shapes[i] + R"(, "requires_grad": )" + (inputs_require_grad ? "true" : "false") + "}";
+    const std::string& spec = c.input_shapes[i];
+    const size_t space = spec.find("] ");
+    const std::string shape = space == std::string::npos ? spec : spec.substr(0, space + 1);
+    const std::string dtype = space == std::string::npos ? "" : R"(, "dtype": ")" + spec.substr(space + 2) + "\"";
+    inputs += (i ? "," : "") + std::string(R"({"name": "in)") + std::to_string(i) + R"(", "shape": )" + shape + dtype +
+              R"(, "requires_grad": )" + (inputs_require_grad ? "true" : "false") + "}";
     names += (i ? "," : "") + std::string("\"in") + std::to_string(i) + "\"";
   }
   std::string ops;
@@ -103,10 +113,8 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
   }
 }
 
-// The general tensor math the ONNX frontend maps leftovers onto, and the MoE ops (their
-// backward is not written yet; tests/reference/moe_test.cpp tests them): inference only.
-const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast",
-                                              "moe_router", "moe_permute", "grouped_linear", "moe_unpermute"};
+// The general tensor math the ONNX frontend maps leftovers onto: inference only.
+const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;

@@ -211,7 +211,7 @@ TEST_CASE("references to missing buffers and tensors") {
         }).find("does not match tensor 'y'") != std::string::npos);
 }
 
-TEST_CASE("grouped tensors: only weights of shape [members, ...], with buffers of the grouped size") {
+TEST_CASE("grouped tensors: only weights (or a train plan's copies of them) of shape [members, ...], with buffers of the grouped size") {
   auto tensor = [](nlohmann::json& m, const std::string& name) -> nlohmann::json& {
     for (auto& t : m["profiles"][0]["tensors"])
       if (t["name"] == name) return t;
@@ -220,7 +220,7 @@ TEST_CASE("grouped tensors: only weights of shape [members, ...], with buffers o
   };
   CHECK(manifest_error([&](auto& m) { tensor(m, "x")["group_members"] = 2; }).find("a grouped tensor is a weight") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = 3; })
-            .find("a grouped tensor is a weight of shape [group_members, ...]") != std::string::npos);
+            .find("a grouped tensor is a weight (or a train plan's copy of one) of shape [group_members, ...]") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = "8"; }).find("expected an integer in [2,") != std::string::npos);
   // fc1.weight is [256, 64]: as 256 members of [64] its buffers would be 256 scales, not the one listed.
   CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = 256; }).find("fc1.weight") != std::string::npos);

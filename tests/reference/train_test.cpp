@@ -118,6 +118,45 @@ TEST_CASE("every op's backward on the CPU reference matches fp64 central differe
   }
 }
 
+TEST_CASE("the MoE layer's backward (router, permute, grouped linears, unpermute) matches fp64 central differences (bf16)") {
+  // moe_tiny as it is (softmax router, normalised top-2), and with a sigmoid router, the raw
+  // top-k weights and a bias per expert.
+  std::string variant = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{R"("score_function": "softmax", "normalize_topk": true)",
+                                                                     R"("score_function": "sigmoid", "normalize_topk": false)"},
+                                 {R"("out_features": "F2"})", R"("out_features": "F2", "bias": true})"}}) {
+    REQUIRE(variant.find(from) != std::string::npos);
+    variant.replace(variant.find(from), from.size(), to);
+  }
+  for (const std::string& path : {test::source_dir() + "/examples/moe_tiny.json", temp_file("moe_sigmoid.json", variant)}) {
+    CAPTURE(path);
+    const std::vector<GradientCheck> checks = check_gradients(path, RecipeKind::bf16, 16, 64);
+    CHECK(checks.size() == (path.ends_with("moe_sigmoid.json") ? 6 : 5));  // x, norm, router, fc1, fc2 (and fc1's bias)
+    for (const GradientCheck& check : checks) {
+      CAPTURE(check.name);
+      CHECK(check.error < 1.5e-2);
+    }
+  }
+}
+
+TEST_CASE("moe_tiny: every gradient within its recipe's bound of fp64 (fp8-delayed refuses grouped weights' copies)") {
+  const std::string path = test::source_dir() + "/examples/moe_tiny.json";
+  for (const RecipeBound& r : kRecipeBounds) {
+    CAPTURE(to_string(r.recipe));
+    if (r.recipe == RecipeKind::fp8_delayed) {
+      const Error e = test::error_of([&] { (void)compile_train(path, r.recipe, 32); });
+      CHECK(e.context().node == "fc1");
+      CHECK(e.message().find("need an amax history per expert") != std::string::npos);
+      continue;
+    }
+    for (const GradientCheck& check : check_gradients(path, r.recipe, 32, 24, r.steps)) {
+      CAPTURE(check.name);
+      CHECK(check.error < r.bound);
+      MESSAGE("moe_tiny " << to_string(r.recipe) << " d" << check.name << " rel error " << check.error);
+    }
+  }
+}
+
 TEST_CASE("dropout draws a new mask every step, and its backward reads the step's own mask") {
   const std::string path = temp_file("dropout.json", one_op_graph("dropout", R"({"p": 0.5, "seed": 9})", 64));
   const auto plan = train_plan(path, RecipeKind::bf16, 16);
