@@ -109,8 +109,8 @@ class StepLowering {
   const Value& input(const Node& n, size_t slot) const { return g_.value(n.inputs.at(slot)); }
   const Value& output(const Node& n) const { return g_.value(n.outputs.at(0)); }
 
-  std::string add_workspace(const std::string& name, TensorProto proto) {
-    step_.workspaces.push_back({name, std::move(proto)});
+  std::string add_workspace(const std::string& name, TensorProto proto, bool kept_across_runs = false) {
+    step_.workspaces.push_back({name, std::move(proto), kept_across_runs});
     return workspace_buffer_name(step_.name, name, BufferRole::data);
   }
 
@@ -1174,8 +1174,9 @@ class StepLowering {
       w_data = dequantize_grouped_weight(w, experts * n_out, n_out, k);
       x_data = dequantize_to(x, x.name + ".bf16");
       step_.fusions.push_back("gpu: " + std::string(tec::to_string(x.proto.quantizer->kind)) +
-                              ": tec's grouped GEMM has no block scales yet: every expert's weight and the tokens dequantized to bf16 "
-                              "every run (the weight into the GEMM's tiled layout), bf16 grouped GEMM");
+                              ": tec's grouped GEMM has no block scales yet: every expert's weight dequantized to bf16 in the GEMM's "
+                              "tiled layout (" + (w.kind == ValueKind::weight ? "once per session" : "every run") +
+                              "), the tokens every run; bf16 grouped GEMM");
     } else {
       w_data = data(w);
       x_data = data(x);
@@ -1273,11 +1274,15 @@ class StepLowering {
         if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
           throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(b.spec.role)) +
                            " buffers are not equal and packed, so no one dequantize kernel reads them"};
-    const std::string out = add_workspace(w.name + ".bf16_tiles", TensorProto::dense(Shape{rows, k}, DType::bf16));
+    // A constant weight's copy is made once per session and kept; a train plan's weight copy
+    // changes every step, so it is dequantized every run.
+    const bool constant = w.kind == ValueKind::weight;
+    const std::string out = add_workspace(w.name + ".bf16_tiles", TensorProto::dense(Shape{rows, k}, DType::bf16), constant);
     Producer p = dequantize_producer(w);
     p.defines.push_back("TEC_OUT_MID_M_TILES=1");
     if (w.proto.quantizer->kind == QuantizerKind::nvfp4) p.defines.push_back("TEC_DQ_MEMBER_ROWS=" + std::to_string(member_rows) + "LL");
     emit_row_to(p, rows, k, out, DType::bf16);
+    out_.back().constant_copy = constant;
     return out;
   }
 

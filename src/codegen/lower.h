@@ -61,6 +61,9 @@ struct Launch {
   // The kernel waits for the previous kernel in-kernel (kernels/common.cuh), so the runtime may
   // launch it before that one has finished (programmatic dependent launch).
   bool early_launch = false;
+  // Makes a copy of constants kept across runs (Workspace::kept_across_runs): the runtime runs
+  // it on a session's first run and after its arena is restored, as train plans' weight copies.
+  bool constant_copy = false;
   std::vector<LaunchArg> args;
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed

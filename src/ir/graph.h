@@ -113,6 +113,9 @@ struct SavedTensor {
 struct Workspace {
   std::string name;
   TensorProto proto;
+  // A copy made from constants that the session keeps from run to run (the GPU's dequantized
+  // grouped weights): planned in the workspace region, made by launches marked constant_copy.
+  bool kept_across_runs = false;
 };
 
 // What the backward of one node reads and makes (meta, train mode).

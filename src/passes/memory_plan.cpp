@@ -146,8 +146,8 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
   for (size_t st = 0; st < s.steps.size(); ++st)
     for (const Workspace& w : s.steps[st].workspaces)
       for (const BufferSpec& spec : w.proto.buffers(g.target))
-        add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec, Region::scratch,
-            static_cast<int>(st), static_cast<int>(st));
+        add(s.steps[st].name + ".ws." + w.name, workspace_buffer_name(s.steps[st].name, w.name, spec.role), spec,
+            w.kept_across_runs ? Region::workspace : Region::scratch, static_cast<int>(st), static_cast<int>(st));
   for (size_t st = 0; st < s.steps.size(); ++st)
     for (NodeId n : s.steps[st].nodes) {
       const Node& node = g.node(n);

@@ -564,7 +564,8 @@ Session::Selection Session::next_selection() {
   const auto first = s.selecting_scalars.find("first_microbatch");
   const auto forward_only = s.selecting_scalars.find("forward_only");
   Selection selection;
-  selection.weight_workspace = s.workspace_stale || first == s.selecting_scalars.end() || first->second != 0.0f;
+  // Plans without first_microbatch (inference) keep their copies of constants until a restore.
+  selection.weight_workspace = s.workspace_stale || (first != s.selecting_scalars.end() && first->second != 0.0f);
   selection.forward_only = forward_only != s.selecting_scalars.end() && forward_only->second != 0.0f;
   s.workspace_stale = false;
   return selection;
@@ -581,7 +582,7 @@ std::vector<size_t> Session::launches_of(Selection selection) const {
       continue;
     }
     const Phase phase = profile_.steps.at(static_cast<size_t>(l.step)).phase;
-    if (phase == Phase::weight_workspace && !selection.weight_workspace) continue;
+    if ((phase == Phase::weight_workspace || l.constant_copy) && !selection.weight_workspace) continue;
     if (selection.forward_only && phase != Phase::weight_workspace && phase != Phase::forward) continue;
     out.push_back(i);
   }

@@ -104,7 +104,7 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
 }
 
-TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf16 every run and multiplied by the bf16 grouped GEMM") {
+TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf16 and multiplied by the bf16 grouped GEMM") {
   for (RecipeKind recipe : {RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4}) {
     CAPTURE(to_string(recipe));
     const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe);
@@ -115,7 +115,8 @@ TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf1
       int index = -1;
       const Step& step = step_named(p, name, &index);
       CHECK(std::any_of(step.fusions.begin(), step.fusions.end(), [](const std::string& f) {
-        return f.find("every expert's weight and the tokens dequantized to bf16 every run") != std::string::npos;
+        return f.find("every expert's weight dequantized to bf16 in the GEMM's tiled layout (once per session), the tokens every run") !=
+               std::string::npos;
       }));
       const std::vector<const Launch*> launches = launches_of(p, index);
       REQUIRE(launches.size() >= 3);
@@ -130,6 +131,11 @@ TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf1
       CHECK(launches[2]->args.at(0).buffer == launches[0]->args.at(3).buffer);
       CHECK(launches[2]->args.at(2).buffer == launches[1]->args.at(3).buffer);
       CHECK(launches[2]->args.at(1).kind == LaunchArg::Kind::none);  // no scales: bf16 operands
+      // The weight's copy is made from constants: once per session, kept in the workspace
+      // region; the tokens change every run.
+      CHECK(launches[0]->constant_copy);
+      CHECK_FALSE(launches[1]->constant_copy);
+      CHECK(std::count_if(step.workspaces.begin(), step.workspaces.end(), [](const Workspace& w) { return w.kept_across_runs; }) == 1);
     }
   }
 }
