@@ -1154,8 +1154,9 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && (q->kind == QuantizerKind::fp8_block || q->kind == QuantizerKind::mxfp8 || q->kind == QuantizerKind::nvfp4);
     };
-    // Block-scaled operands (fp8-block, mxfp8, nvfp4) are dequantized to bf16 every run, as the
-    // dense GEMMs cuBLASLt cannot take are: the kernel has no per-block scale promotion yet.
+    // Block-scaled operands (fp8-block, mxfp8, nvfp4) reach the kernel dequantized to bf16 (a
+    // constant weight once per session, the tokens every run): it has no per-block scale
+    // promotion yet.
     const bool dequantized = block_scaled(x) && block_scaled(w) && x.proto.quantizer->kind == w.proto.quantizer->kind;
     const bool bf16 = dequantized || (!x.proto.quantizer && !w.proto.quantizer && x.proto.dtype == DType::bf16 && w.proto.dtype == DType::bf16);
     if (!bf16 && !(fp8_e4m3_per_tensor(x) && fp8_e4m3_per_tensor(w)))

@@ -2,7 +2,9 @@
 // puts the tokens in expert order and counts them (m_splits), grouped_linear runs one GEMM
 // per expert over its rows (TE's GroupedLinear), moe_unpermute takes the k expert outputs of
 // each token back to token order as their weighted sum. Routing is data: m_splits and the row
-// map are tensors the graph makes every run, so one plan serves any routing.
+// map are tensors the graph makes every run, so one plan serves any routing. In train plans
+// each op has a backward on the CPU reference; the routing (indices, m_splits, row map) gets
+// no gradient, and the router's gradient reaches its logits through the k chosen weights.
 //
 // Integer tensors (indices, m_splits, row map) travel as int32; the CPU reference holds them
 // as exact floats, so the ops cap the token slots at 2^24.
