@@ -257,7 +257,10 @@ def run_tec(out, tokens, build, recipes, router):
     for recipe in recipes:
         plan = out / f"moe.{recipe}.{'router' if router else 'routed'}.teplan"
         started = time.time()
-        run_tool([build / "te-compile", out / ("moe_router.json" if router else "moe_routed.json"), "-o", plan, "--recipe", recipe, "-q"])
+        # "fp8-block+block-scales": te-compile --grouped-block-scales (the experts in FP8, experimental).
+        base, _, variant = recipe.partition("+")
+        flags = ["--grouped-block-scales"] if variant == "block-scales" else []
+        run_tool([build / "te-compile", out / ("moe_router.json" if router else "moe_routed.json"), "-o", plan, "--recipe", base, "-q", *flags])
         compile_s = time.time() - started
         for t in tokens:
             cases = [("new routing", ["--rotate", "4", "--rotate-seeds"]), ("fixed routing", ["--rotate", "4"])] if router else [
@@ -361,7 +364,8 @@ def main():
     ap.add_argument("--build", type=Path, default=ROOT / "build-gpu" / "cli", help="folder holding te-compile and te-run")
     ap.add_argument("--tokens", default="256,2048,8192")
     ap.add_argument("--part", default="tec,router,peers,dense", help="comma-separated: tec, router, peers, dense")
-    ap.add_argument("--recipes", default="bf16,fp8-current")
+    ap.add_argument("--recipes", default="bf16,fp8-current",
+                    help="comma-separated tec recipes; fp8-block+block-scales compiles with --grouped-block-scales")
     ap.add_argument("--peers", default="loop bf16,loop fp8,compile bf16,padded bf16,padded bf16 +graph")
     ap.add_argument("--report", action="store_true", help="print the table from --out's JSON and exit")
     a = ap.parse_args()

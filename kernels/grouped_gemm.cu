@@ -29,11 +29,16 @@
 // With TEC_AMAX = 1 the blocks also max |D| as stored into slot 8 (one float, zeroed before
 // the launch), for the cast pass of a current-scaling output.
 //
+// TEC_BLOCK_SCALES = 1 takes FP8 block scaling (fp8-block: X 1x128, W 128x128, LAYOUTS.md
+// section 3): each step's product is scaled by its blocks' scale_inv as it is added.
+//
 // Defines: TEC_N (% TEC_TILE_N == 0), TEC_TILE_N (128 or 256), TEC_K (elements; K bytes % 128 == 0), TEC_E, TEC_ROWS (all
 // experts' rows), TEC_BF16 (1: bf16 operands; 0: FP8 E4M3 with per-expert W scale_inv and one X
 // scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32), TEC_GATED, TEC_ACT,
-// TEC_AMAX. Slots: 0 W, 1 W scale_inv [E], 2 X, 3 X scale_inv, 4 bias [E, N], 5 m_splits, 6 D,
-// 7 status, 8 amax. Dynamic shared
+// TEC_AMAX, TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
+// roundup(K / 128, 4) and TEC_W_SCALE_MEMBER, floats from one expert's W scales to the next's).
+// Slots: 0 W, 1 W scale_inv ([E], or block scales), 2 X, 3 X scale_inv, 4 bias [E, N],
+// 5 m_splits, 6 D, 7 status, 8 amax. Dynamic shared
 // memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
 #include "hopper.cuh"
 #include "mid_m_layout.h"
@@ -44,6 +49,12 @@
 #endif
 #ifndef TEC_AMAX
 #define TEC_AMAX 0
+#endif
+#ifndef TEC_BLOCK_SCALES
+#define TEC_BLOCK_SCALES 0
+#endif
+#if TEC_BLOCK_SCALES && (TEC_BF16 || TEC_TILE_N != 128)
+#error "block scales: FP8 operands, and 128-column tiles (a step's product and the sum both live in registers)"
 #endif
 #if TEC_GATED && TEC_TILE_N != 256
 #error "a gated epilogue pairs 128 gate with 128 up columns in a 256-column tile"
@@ -86,12 +97,12 @@ struct TecGroupedArgs {
   unsigned long long slot[9];
 };
 
-// d += A (64 rows of X) . B (TEC_TILE_N rows of W)^T over 32 bytes of K; TEC_TILE_N / 2 fp32
-// accumulators per thread.
+// d = A (64 rows of X) . B (TEC_TILE_N rows of W)^T over 32 bytes of K, + d when `accumulate`;
+// TEC_TILE_N / 2 fp32 accumulators per thread.
 #if TEC_TILE_N == 256
-__device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long long a, unsigned long long b) {
+__device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long long a, unsigned long long b, int accumulate = 1) {
   asm volatile(
-      "{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+      "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
 #if TEC_BF16
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
 #else
@@ -126,12 +137,12 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long lo
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "r"(accumulate));
 }
 #else
-__device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long long a, unsigned long long b) {
+__device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long long a, unsigned long long b, int accumulate = 1) {
   asm volatile(
-      "{ .reg .pred p; setp.ne.b32 p, 1, 0;\n"
+      "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
 #if TEC_BF16
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
 #else
@@ -154,7 +165,7 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long lon
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a), "l"(b));
+      : "l"(a), "l"(b), "r"(accumulate));
 }
 #endif
 
@@ -266,6 +277,37 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+#if TEC_BLOCK_SCALES
+  // A 128-byte step of K is one scale block of X (1x128) and of W (128x128, the tile's 128
+  // rows): the step's product is made apart and added into acc times both blocks' scale_inv.
+  // The tensor cores cannot scale mid-sum, and their FP8 accumulation keeps too few bits for
+  // long K anyway (DeepSeek-V3's promotion); the price is no wgmma overlap across steps.
+  const float* x_scale = (const float*)args.slot[3];
+  const float* w_scale = (const float*)args.slot[1] + (i64)tile.expert * TEC_W_SCALE_MEMBER + (tile.n0 / 128) * TEC_W_SCALE_ROW;
+  const int thread_row = consumer * 64 + (tid / 32) * 16 + (tid % 32) / 4;  // and + 8 (the accumulator layout)
+  const i64 x_row0 = tile.first_row + (thread_row < tile.rows ? thread_row : tile.rows - 1);
+  const i64 x_row1 = tile.first_row + (thread_row + 8 < tile.rows ? thread_row + 8 : tile.rows - 1);
+  float part[kAccumulators];
+#pragma unroll
+  for (int i = 0; i < kAccumulators; ++i) part[i] = 0.0f;
+  for (int step = 0; step < kSteps; ++step) {
+    const int s = step % TEC_SLOTS;
+    const float w_s = w_scale[step];
+    const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
+    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
+    const u32 slot = base + (u32)(s * kSlotBytes);
+    const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
+    const unsigned long long b = tec_sw128_descriptor(slot);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tec_wgmma_step(part, a + 2 * k, b + 2 * k, k > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    tec_barrier_arrive(empty(s));
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
+  }
+#else
   for (int step = 0; step < kSteps; ++step) {
     const int s = step % TEC_SLOTS;
     tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
@@ -279,6 +321,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     if (step > 0) tec_barrier_arrive(empty((step - 1) % TEC_SLOTS));
   }
+#endif
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
@@ -287,7 +330,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and
   // in each 8-column group j the columns 8j + 2 (lane % 4) and + 1.
   const int warp = tid / 32, lane = tid % 32;
-#if TEC_BF16
+#if TEC_BF16 || TEC_BLOCK_SCALES
   const float alpha = 1.0f;
 #else
   const float alpha = ((const float*)args.slot[1])[tile.expert] * *(const float*)args.slot[3];

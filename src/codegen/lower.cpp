@@ -78,9 +78,10 @@ bool is_gated(const std::string& op) { return op == "swiglu" || op == "geglu"; }
 class StepLowering {
  public:
   StepLowering(const Graph& g, Step& step, int index, ModuleTable& modules, GpuLowering& out, bool fp8_mma, bool hopper, bool mid_m,
-               const WeightLayouts* layouts)
+               bool grouped_block_scales, const WeightLayouts* layouts)
       : g_(g), step_(step), index_(index), modules_(modules), out_(out.launches), small_m_weights_(out.small_m_weights),
-        mid_m_weights_(out.mid_m_weights), fp8_mma_(fp8_mma), hopper_(hopper), mid_m_(mid_m), layouts_(layouts) {}
+        mid_m_weights_(out.mid_m_weights), fp8_mma_(fp8_mma), hopper_(hopper), mid_m_(mid_m),
+        grouped_block_scales_(grouped_block_scales), layouts_(layouts) {}
 
   void lower() {
     if (step_.kind == StepKind::gemm)
@@ -1154,12 +1155,21 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && (q->kind == QuantizerKind::fp8_block || q->kind == QuantizerKind::mxfp8 || q->kind == QuantizerKind::nvfp4);
     };
-    // Block-scaled operands (fp8-block, mxfp8, nvfp4) reach the kernel dequantized to bf16 (a
-    // constant weight once per session, the tokens every run): it has no per-block scale
-    // promotion yet.
-    const bool dequantized = block_scaled(x) && block_scaled(w) && x.proto.quantizer->kind == w.proto.quantizer->kind;
+    // With LoweringTarget::grouped_block_scales, FP8 block scaling in E4M3 (X 1x128, W
+    // 128x128) runs natively: the kernel scales each 128-deep step of K as it adds it. Else,
+    // and for MXFP8's 32-element and NVFP4's 16-element blocks (which would need that after
+    // every wgmma), the operands reach the kernel dequantized to bf16 (a constant weight once
+    // per session, the tokens every run).
+    auto fp8_block_e4m3 = [](const Value& v) {
+      const auto& q = v.proto.quantizer;
+      return q && q->kind == QuantizerKind::fp8_block && q->dtype == DType::fp8_e4m3;
+    };
+    const bool block_scales = grouped_block_scales_ && fp8_block_e4m3(x) && fp8_block_e4m3(w) && x.proto.quantizer->block_rows == 1 &&
+                              x.proto.quantizer->block_cols == 128 && w.proto.quantizer->block_rows == 128 &&
+                              w.proto.quantizer->block_cols == 128;
+    const bool dequantized = !block_scales && block_scaled(x) && block_scaled(w) && x.proto.quantizer->kind == w.proto.quantizer->kind;
     const bool bf16 = dequantized || (!x.proto.quantizer && !w.proto.quantizer && x.proto.dtype == DType::bf16 && w.proto.dtype == DType::bf16);
-    if (!bf16 && !(fp8_e4m3_per_tensor(x) && fp8_e4m3_per_tensor(w)))
+    if (!bf16 && !block_scales && !(fp8_e4m3_per_tensor(x) && fp8_e4m3_per_tensor(w)))
       throw NotLowered{where + " reads " + (x.proto.quantizer ? x.proto.quantizer->str() : std::string(tec::to_string(x.proto.dtype))) +
                        " operands; tec's grouped GEMM takes bf16, per-tensor FP8 E4M3 (fp8-current, fp8-delayed) and, "
                        "dequantized to bf16, fp8-block, mxfp8 and nvfp4"};
@@ -1175,8 +1185,8 @@ class StepLowering {
       w_data = dequantize_grouped_weight(w, experts * n_out, n_out, k);
       x_data = dequantize_to(x, x.name + ".bf16");
       step_.fusions.push_back("gpu: " + std::string(tec::to_string(x.proto.quantizer->kind)) +
-                              ": tec's grouped GEMM has no block scales yet: every expert's weight dequantized to bf16 in the GEMM's "
-                              "tiled layout (" + (w.kind == ValueKind::weight ? "once per session" : "every run") +
+                              ": tec's grouped GEMM reads no block scales (fp8-block's: experimental, te-compile "
+                              "--grouped-block-scales): every expert's weight dequantized to bf16 in the GEMM's tiled layout (" + (w.kind == ValueKind::weight ? "once per session" : "every run") +
                               "), the tokens every run; bf16 grouped GEMM");
     } else {
       w_data = data(w);
@@ -1190,9 +1200,10 @@ class StepLowering {
       bias_type = input(n, 3).proto.dtype;
       if (bias_type != DType::bf16 && bias_type != DType::fp32) throw NotLowered{where + " has a " + std::string(tec::to_string(bias_type)) + " bias"};
     }
-    // 256-column tiles halve the X each block streams per FLOP; 128 where N does not divide.
-    const bool gated_epilogue = act && (n_out / 2) % 128 == 0;
-    const int64_t tile_n = gated_epilogue || n_out % 256 == 0 ? 256 : 128;
+    // 256-column tiles halve the X each block streams per FLOP; 128 where N does not divide,
+    // and with block scales (a step's product is held apart from the sum: 2 x 64 registers).
+    const bool gated_epilogue = act && (n_out / 2) % 128 == 0 && !block_scales;
+    const int64_t tile_n = !block_scales && (gated_epilogue || n_out % 256 == 0) ? 256 : 128;
 
     // Where the kernel writes: the output itself, a bf16 staging buffer a row kernel quantizes,
     // or (an activation it cannot fuse) the GEMM's output for the activation's row kernel.
@@ -1217,6 +1228,10 @@ class StepLowering {
         "TEC_BIAS=" + std::string(!bias ? "0" : bias_type == DType::bf16 ? "1" : "2"),
         "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"), "TEC_AMAX=" + std::string(amax_in_epilogue ? "1" : "0")};
     if (gated_epilogue) defines.insert(defines.end(), {"TEC_GATED=1", "TEC_ACT=" + std::to_string(activation_code(*act))});
+    if (block_scales)
+      defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
+                                     "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(k, 128), 4)) + "LL",
+                                     "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::scale_inv) / 4) + "LL"});
     KernelRequest request{"grouped_gemm.cu", defines, ""};
     request.arch_specific = true;
     Launch l;
@@ -1242,11 +1257,14 @@ class StepLowering {
               opt(amax_in_epilogue, amax)};
     out_.push_back(std::move(l));
     step_.fusions.push_back("gpu: tec's grouped GEMM (wgmma), m_splits read on the device");
+    if (block_scales) step_.fusions.push_back("gpu: fp8-block scales applied per 128-deep step of K in the grouped GEMM");
     if (gated_epilogue)
       step_.fusions.push_back("gpu: " + act->op + " '" + act->name + "' in the grouped GEMM's epilogue (a tile pairs 128 gate with 128 up columns)");
     if (act && !gated_epilogue) {
-      step_.fusions.push_back("gpu: " + act->op + " '" + act->name + "' by a row kernel after the grouped GEMM: out_features / 2 = " +
-                              std::to_string(n_out / 2) + " is no multiple of 128, so a tile cannot pair gate with up columns");
+      step_.fusions.push_back("gpu: " + act->op + " '" + act->name + "' by a row kernel after the grouped GEMM: " +
+                              (block_scales ? std::string("block scales take 128-column tiles")
+                                            : "out_features / 2 = " + std::to_string(n_out / 2) + " is no multiple of 128") +
+                              ", so a tile cannot pair gate with up columns");
       Producer p;
       p.defines = {"TEC_PRODUCER=5", "TEC_IN_DTYPE=" + std::to_string(dtype_code(d_type, "'" + gemm_out.name + "'")),
                    "TEC_ACT=" + std::to_string(activation_code(*act))};
@@ -1270,11 +1288,7 @@ class StepLowering {
   // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
   // tensor's, which holds when every member's are the same size and packed back to back.
   std::string dequantize_grouped_weight(const Value& w, int64_t rows, int64_t member_rows, int64_t k) {
-    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers())
-      for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
-        if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
-          throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(b.spec.role)) +
-                           " buffers are not equal and packed, so no one dequantize kernel reads them"};
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) (void)packed_member_bytes(w, b.spec.role);
     // A constant weight's copy is made once per session and kept; a train plan's weight copy
     // changes every step, so it is dequantized every run.
     const bool constant = w.kind == ValueKind::weight;
@@ -1285,6 +1299,20 @@ class StepLowering {
     emit_row_to(p, rows, k, out, DType::bf16);
     out_.back().constant_copy = constant;
     return out;
+  }
+
+  // The bytes from one member's `role` buffer to the next's in a grouped weight, where the
+  // kernels index the members as one array: every member's the same size, packed back to back.
+  static int64_t packed_member_bytes(const Value& w, BufferRole role) {
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) {
+      if (b.spec.role != role) continue;
+      for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
+        if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
+          throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(role)) +
+                           " buffers are not equal and packed, so no one kernel indexes them"};
+      return b.member_bytes.at(0);
+    }
+    throw NotLowered{"grouped weight '" + w.name + "' has no " + std::string(tec::to_string(role)) + " buffer"};
   }
 
   std::string layout_of(const std::string& buffer) const {
@@ -1303,6 +1331,7 @@ class StepLowering {
   bool fp8_mma_;    // every target arch has FP8 mma.sync (sm_89+)
   bool hopper_;     // every target arch is sm_90 (wgmma)
   bool mid_m_;      // LoweringTarget::mid_m_gemm, and hopper_
+  bool grouped_block_scales_;  // LoweringTarget::grouped_block_scales
   const WeightLayouts* layouts_;  // null in the scratch lowering
 };
 
@@ -1351,7 +1380,8 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
       result.step = step.name;
       result.node = step.nodes.empty() ? "" : g.node(step.nodes[0]).name;
       result.op = step.nodes.empty() ? "" : g.node(step.nodes[0]).op;
-      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, hopper, mid_m, layouts).lower();
+      StepLowering(g, schedule.steps[i], static_cast<int>(i), modules, result, fp8_mma, hopper, mid_m, target.grouped_block_scales, layouts)
+          .lower();
     }
     result.step = result.node = result.op = "";
   } catch (const NotLowered& e) {

@@ -26,8 +26,9 @@ std::string moe_tiny_with_ffn(int64_t ffn) {
   return path.string();
 }
 
-CompileResult lowered(const std::string& model, RecipeKind recipe) {
+CompileResult lowered(const std::string& model, RecipeKind recipe, bool grouped_block_scales = false) {
   CompileOptions options;
+  options.grouped_block_scales = grouped_block_scales;
   options.model_path = model;
   options.frontend.recipe = recipe;
   options.frontend.dim_overrides["T"] = {64};
@@ -102,6 +103,41 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   // The GEMM's [rows, 2F] output goes to a workspace of the step, which the row kernel reads.
   CHECK(launches[0]->args.at(6).buffer == launches[1]->args.at(0).buffer);
   CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
+}
+
+TEST_CASE("with --grouped-block-scales, fp8-block experts run in FP8: the grouped GEMM reads the data and both operands' block scales") {
+  const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", RecipeKind::fp8_block, true);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  for (const std::string name : {"fc1+act", "fc2"}) {
+    CAPTURE(name);
+    int index = -1;
+    const Step& step = step_named(p, name, &index);
+    CHECK(std::any_of(step.fusions.begin(), step.fusions.end(),
+                      [](const std::string& f) { return f == "gpu: fp8-block scales applied per 128-deep step of K in the grouped GEMM"; }));
+    const std::vector<const Launch*> launches = launches_of(p, index);
+    std::vector<std::string> entries;
+    for (const Launch* l : launches) entries.push_back(l->kind == Launch::Kind::memset ? "memset" : l->entry);
+    // No copy of anything before the GEMM. fc1's SwiGLU and its 1x128 quantize for fc2 then
+    // run in a row kernel (block scales take 128-column tiles: no gated epilogue), after the
+    // scale array's padding is zeroed; fc2 writes its bf16 output itself.
+    CHECK(entries == (name == "fc2" ? std::vector<std::string>{"tec_grouped_gemm"}
+                                    : std::vector<std::string>{"tec_grouped_gemm", "memset", "tec_row"}));
+    const Launch& gemm = *launches.at(0);
+    CHECK(gemm.entry == "tec_grouped_gemm");
+    const std::string weight = name == "fc1+act" ? "fc1.weight" : "fc2.weight", tokens = name == "fc1+act" ? "permute" : "act";
+    CHECK(gemm.args.at(0).buffer == value_buffer_name(weight, BufferRole::data));
+    CHECK(gemm.args.at(1).buffer == value_buffer_name(weight, BufferRole::scale_inv));
+    CHECK(gemm.args.at(2).buffer == value_buffer_name(tokens, BufferRole::data));
+    CHECK(gemm.args.at(3).buffer == value_buffer_name(tokens, BufferRole::scale_inv));
+    CHECK(std::none_of(launches.begin(), launches.end(), [](const Launch* l) { return l->constant_copy; }));
+    CHECK(step.workspaces.size() == (name == "fc2" ? 0 : 1));  // fc1: the GEMM's bf16 output for the row kernel
+  }
+  int index = -1;
+  const Step& fc1 = step_named(p, "fc1+act", &index);
+  CHECK(std::any_of(fc1.fusions.begin(), fc1.fusions.end(), [](const std::string& f) {
+    return f.find("by a row kernel after the grouped GEMM: block scales take 128-column tiles") != std::string::npos;
+  }));
 }
 
 TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf16 and multiplied by the bf16 grouped GEMM") {

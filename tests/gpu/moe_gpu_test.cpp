@@ -45,8 +45,10 @@ constexpr double kRunBound = 0.05;
 constexpr double kFp4RunBound = 0.15;
 double run_bound(RecipeKind recipe) { return recipe == RecipeKind::nvfp4 ? kFp4RunBound : kRunBound; }
 
-std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKind recipe, const std::string& arch) {
+// `block_scales`: te-compile --grouped-block-scales (fp8-block experts in FP8, experimental).
+std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKind recipe, const std::string& arch, bool block_scales = false) {
   CompileOptions options;
+  options.grouped_block_scales = block_scales;
   options.model_path = path;
   options.frontend.recipe = recipe;
   options.archs = {arch};
@@ -169,15 +171,16 @@ int check_steps(Bench& b, const std::string& label) {
 }
 
 // The router decides: new tokens every replay, so new routing every replay.
-int router_case(const std::string& model, RecipeKind recipe, const std::string& arch, cudaStream_t stream) {
-  const auto plan = compile_plan(model, recipe, arch);
+int router_case(const std::string& model, RecipeKind recipe, const std::string& arch, cudaStream_t stream, bool block_scales = false) {
+  const auto plan = compile_plan(model, recipe, arch, block_scales);
   int failures = 0;
   for (const plan::Step& st : plan->profiles.at(0).steps)
     for (const std::string& f : st.fusions)
       if (f.starts_with("gpu: swiglu")) std::printf("  %s: %s\n", std::filesystem::path(model).filename().string().c_str(), f.c_str());
   for (size_t p = 0; p < plan->profiles.size(); ++p) {
     Bench b(plan, p, stream);
-    const std::string label = std::filesystem::path(model).filename().string() + " " + std::string(to_string(recipe)) + " T=" +
+    const std::string label = std::filesystem::path(model).filename().string() + " " + std::string(to_string(recipe)) +
+                              (block_scales ? "+block-scales" : "") + " T=" +
                               std::to_string(b.profile.dims.at("T"));
     b.inputs.randomize_inputs(17);
     failures += check_steps(b, label);
@@ -198,11 +201,11 @@ int router_case(const std::string& model, RecipeKind recipe, const std::string& 
 }
 
 // The routing is an input: uniform, skewed, all on one expert, half the experts empty.
-int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream) {
+int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream, bool block_scales = false) {
   const int64_t tokens = 300, top_k = 2, experts = 8;
-  const auto plan = compile_plan(write_model("routed", routed_layer(tokens, top_k, experts)), recipe, arch);
+  const auto plan = compile_plan(write_model("routed", routed_layer(tokens, top_k, experts)), recipe, arch, block_scales);
   Bench b(plan, 0, stream);
-  const std::string label = "routed layer " + std::string(to_string(recipe)) + " T=300";
+  const std::string label = "routed layer " + std::string(to_string(recipe)) + (block_scales ? "+block-scales" : "") + " T=300";
   std::mt19937 rng(5);
   auto route = [&](int pattern) {
     std::vector<float> chosen(static_cast<size_t>(tokens * top_k)), weights(chosen.size());
@@ -320,6 +323,11 @@ int moe_test(const std::string& arch) {
     failures += router_case(tiny, recipe, arch, stream);
     failures += router_case(medium, recipe, arch, stream);
     failures += routed_case(recipe, arch, stream);
+    if (recipe == RecipeKind::fp8_block) {  // and in FP8 with its block scales (experimental)
+      failures += router_case(tiny, recipe, arch, stream, true);
+      failures += router_case(medium, recipe, arch, stream, true);
+      failures += routed_case(recipe, arch, stream, true);
+    }
   }
   if (!only_recipe) failures += hostile_splits_case(arch, stream);
   CHECK_CUDA(cudaStreamDestroy(stream));
