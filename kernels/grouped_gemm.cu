@@ -305,6 +305,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
     tec_barrier_arrive(empty(s));
 #pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
+#pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
   }
 #else
