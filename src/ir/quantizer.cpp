@@ -109,10 +109,16 @@ Quantizer Quantizer::fp8_static_weight(DType dtype, int block_rows, int block_co
   return q;
 }
 
-std::vector<StateBufferSpec> Quantizer::state_buffers() const {
+std::vector<StateBufferSpec> Quantizer::state_buffers(int64_t members) const {
   if (kind != QuantizerKind::fp8_delayed) return {};
   // LAYOUTS.md §1.5: scale starts at 1, the history at 0. Row 0 of the history is the
-  // staging slot the cast max-merges into; tec keeps one column per tensor.
+  // staging slot the cast max-merges into; one column per tensor: [len] for one, [len,
+  // members] for a grouped tensor (TE's [history, tensors] layout).
+  if (members > 1)
+    return {
+        {"scale", Shape{members}, DType::fp32, 1.0f},
+        {"amax_history", Shape{amax_history_len, members}, DType::fp32, 0.0f},
+    };
   return {
       {"scale", Shape{1}, DType::fp32, 1.0f},
       {"amax_history", Shape{amax_history_len}, DType::fp32, 0.0f},

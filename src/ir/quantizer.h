@@ -75,8 +75,10 @@ struct Quantizer {
   static Quantizer fp8_static_weight(DType dtype, int block_rows, int block_cols);
 
   bool is_per_tensor() const { return block_rows == 0; }
-  // The state each tensor quantized this way owns (empty unless delayed scaling).
-  std::vector<StateBufferSpec> state_buffers() const;
+  // The state each tensor quantized this way owns (empty unless delayed scaling); a grouped
+  // tensor of `members` members keeps one scale and one history column per member, as TE's
+  // GroupedLinear keeps one quantizer per GEMM.
+  std::vector<StateBufferSpec> state_buffers(int64_t members = 1) const;
   // "fp8_delayed(fp8_e4m3, history=1024, margin=0, algo=max)"
   std::string str() const;
   size_t hash() const;

@@ -76,6 +76,10 @@ struct TensorProto {
   // requested usage (e.g. MXFP8 columnwise needs M % 32 == 0).
   std::vector<BufferSpec> buffers(const Target& target = {}) const;
   int64_t bytes(const Target& target = {}) const;
+  // The quantizer's state for this tensor (a grouped tensor's per member); empty unquantized.
+  std::vector<StateBufferSpec> state_buffers() const {
+    return quantizer ? quantizer->state_buffers(is_grouped() ? group_members : 1) : std::vector<StateBufferSpec>{};
+  }
   bool operator==(const TensorProto&) const = default;
 };
 

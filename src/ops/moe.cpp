@@ -308,11 +308,6 @@ InferResult infer_grouped(const InferContext& ctx) {
     if (operand->is_quantized())
       TEC_USER_CHECK(dim % 16 == 0, ctx.error) << to_string(operand->quantizer->kind) << " grouped GEMM needs " << name
                                                << " divisible by 16, got " << dim;
-  // A train plan quantizes the weights' copies from their fp32 masters every step; delayed
-  // scaling would need an amax history per expert there, which grouped tensors do not keep.
-  TEC_UNSUPPORTED_CHECK(ctx.graph.mode != Mode::train || !w.quantizer || w.quantizer->kind != QuantizerKind::fp8_delayed, ctx.error)
-      << "fp8-delayed train plans of grouped_linear need an amax history per expert for the weights' copies (planned); "
-         "fp8-current, fp8-block, mxfp8, nvfp4 and bf16 train MoE layers";
   InferResult result;
   result.outputs.push_back(TensorProto::dense(x.shape.with_last(c.out_features), x.dtype));
   result.saved.push_back(save_input(ctx, 0, "input"));

@@ -32,7 +32,7 @@ json to_json(const TensorProto& p, const Target& target) {
 int64_t state_bytes_of(const Value& v) {
   int64_t bytes = 0;
   if (v.proto.quantizer)
-    for (const auto& s : v.proto.quantizer->state_buffers())
+    for (const auto& s : v.proto.state_buffers())
       bytes = checked_add(bytes, checked_mul(s.shape.numel(), storage_bytes(s.dtype)));
   return bytes;
 }
@@ -50,7 +50,7 @@ MetaSummary summarize(const Graph& g) {
     if (v.kind == ValueKind::weight) s.weight_bytes = checked_add(s.weight_bytes, v.proto.bytes(g.target));
     if (v.grad) add(*v.grad);
     if (v.proto.quantizer) {
-      s.buffers += static_cast<int64_t>(v.proto.quantizer->state_buffers().size());
+      s.buffers += static_cast<int64_t>(v.proto.state_buffers().size());
       s.state_bytes = checked_add(s.state_bytes, state_bytes_of(v));
     }
   }
@@ -77,7 +77,7 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
     if (!v.source.empty()) j["source"] = v.source;
     if (v.proto.quantizer) {
       json state = json::array();
-      for (const auto& s : v.proto.quantizer->state_buffers())
+      for (const auto& s : v.proto.state_buffers())
         state.push_back({{"name", s.name}, {"shape", s.shape.dims}, {"dtype", to_string(s.dtype)},
                          {"initial_value", s.initial_value}});
       if (!state.empty()) j["state"] = std::move(state);

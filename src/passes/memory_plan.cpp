@@ -138,7 +138,7 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
     // Delayed scaling state of activations; constant weights are quantized once, at compile
     // time, from their own amax, and keep no state.
     if (v.proto.quantizer && v.kind != ValueKind::weight)
-      for (const StateBufferSpec& st : v.proto.quantizer->state_buffers())
+      for (const StateBufferSpec& st : v.proto.state_buffers())
         add(v.name, state_buffer_name(v.name, st.name),
             BufferSpec{BufferRole::data, st.shape, st.dtype, checked_mul(st.shape.numel(), storage_bytes(st.dtype)), 4},
             Region::state, 0, end, st.name);

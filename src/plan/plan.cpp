@@ -451,7 +451,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       TEC_USER_CHECK(!tensor.state.count("init"), t.ctx("state")) << "only state tensors have an init buffer";
     }
     if (tensor.proto.quantizer)
-      for (const auto& st : tensor.proto.quantizer->state_buffers()) {
+      for (const auto& st : tensor.proto.state_buffers()) {
         if (tensor.kind == "weight") break;
         auto it = tensor.state.find(st.name);
         TEC_USER_CHECK(it != tensor.state.end(), t.ctx("state")) << "tensor '" << tensor.name << "' lacks state " << st.name;

@@ -141,8 +141,10 @@ Session::Session(const plan::Plan& plan, const plan::Profile& profile)
   }
   for (const auto& [name, t] : profile_.tensors) {
     if (auto scale = t.state.find("scale"); scale != t.state.end()) {
-      const float one = 1.0f;
-      std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(scale->second)]).data(), &one, 4);
+      // Every scale starts at 1: one, or a grouped tensor's one per member.
+      const auto bytes = bytes_of(profile_.buffers[static_cast<size_t>(scale->second)]);
+      const std::vector<float> ones(bytes.size() / 4, 1.0f);
+      std::memcpy(bytes.data(), ones.data(), bytes.size());
     }
     // Train plans: masters and hyperparameters start from the plan's constants.
     if (auto init = t.state.find("init"); init != t.state.end()) {
@@ -212,16 +214,25 @@ void Session::store(const plan::Tensor& t, std::vector<float> values) {
   BufferMap map;
   for (const auto& [role, index] : t.buffers) map[role] = bytes_of(profile_.buffers[static_cast<size_t>(index)]);
   QuantizeState state;
-  float staged = 0.0f;  // amax_history[0], copied: arena bytes are never aliased as float
+  // The scales and the history's row 0 (the staging slots), one per member of a grouped
+  // tensor, copied: arena bytes are never aliased as float.
+  const int64_t members = t.proto.is_grouped() ? t.proto.group_members : 1;
+  std::vector<float> scales(static_cast<size_t>(members)), staged(static_cast<size_t>(members));
   std::span<uint8_t> history;
   if (t.proto.quantizer->kind == QuantizerKind::fp8_delayed) {
-    std::memcpy(&state.delayed_scale, bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]).data(), 4);
+    std::memcpy(scales.data(), bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]).data(), scales.size() * 4);
     history = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]);
-    std::memcpy(&staged, history.data(), 4);
-    state.delayed_amax = &staged;
+    std::memcpy(staged.data(), history.data(), staged.size() * 4);
+    if (t.proto.is_grouped()) {
+      state.member_delayed_scales = scales;
+      state.member_delayed_amax = staged;
+    } else {
+      state.delayed_scale = scales[0];
+      state.delayed_amax = &staged[0];
+    }
   }
   quantize(t.proto, values, map, plan_.target, state);
-  if (!history.empty()) std::memcpy(history.data(), &staged, 4);
+  if (!history.empty()) std::memcpy(history.data(), staged.data(), staged.size() * 4);
 }
 
 float Session::scalar(const std::string& name) const {
@@ -327,13 +338,18 @@ void Session::update_delayed_scaling() {
     const Quantizer& q = *t.proto.quantizer;
     auto history_bytes = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("amax_history"))]);
     auto scale_bytes = bytes_of(profile_.buffers[static_cast<size_t>(t.state.at("scale"))]);
-    std::vector<float> history(history_bytes.size() / 4);
+    // [len] for one tensor, [len, members] for a grouped one: each member's column on its own.
+    const size_t members = scale_bytes.size() / 4, len = history_bytes.size() / 4 / members;
+    std::vector<float> history(history_bytes.size() / 4), scales(members), column(len);
     std::memcpy(history.data(), history_bytes.data(), history_bytes.size());
-    float scale;
-    std::memcpy(&scale, scale_bytes.data(), 4);
-    delayed_scaling_update(history, scale, max_finite(q.dtype), q.margin, q.amax_algo);
+    std::memcpy(scales.data(), scale_bytes.data(), scale_bytes.size());
+    for (size_t m = 0; m < members; ++m) {
+      for (size_t j = 0; j < len; ++j) column[j] = history[j * members + m];
+      delayed_scaling_update(column, scales[m], max_finite(q.dtype), q.margin, q.amax_algo);
+      for (size_t j = 0; j < len; ++j) history[j * members + m] = column[j];
+    }
     std::memcpy(history_bytes.data(), history.data(), history_bytes.size());
-    std::memcpy(scale_bytes.data(), &scale, 4);
+    std::memcpy(scale_bytes.data(), scales.data(), scale_bytes.size());
   }
 }
 

@@ -339,13 +339,24 @@ void quantize(const TensorProto& proto, std::span<const float> x, const BufferMa
   TEC_INTERNAL_CHECK(proto.quantizer.has_value(), {}) << "quantize needs a quantized proto";
   if (proto.is_grouped()) {
     TEC_INTERNAL_CHECK(state.delayed_amax == nullptr && state.static_scale_inv.empty(), {})
-        << "grouped tensors are constants: no delayed amax history, no static scales";
+        << "grouped tensors: delayed state per member, no static scales";
     const GroupedTensor group = GroupedTensor::uniform(proto);
     const auto buffers = group.buffers(target);
     const auto member_values = static_cast<size_t>(group.member(0).shape.numel());
-    for (int64_t i = 0; i < group.size(); ++i)
+    const bool per_member_state = proto.quantizer->kind == QuantizerKind::fp8_delayed && !state.delayed_scale_from_own_amax;
+    TEC_INTERNAL_CHECK(!per_member_state || (static_cast<int64_t>(state.member_delayed_scales.size()) == group.size() &&
+                                             static_cast<int64_t>(state.member_delayed_amax.size()) == group.size()),
+                       {})
+        << "a delayed grouped tensor needs a scale and an amax slot per member";
+    for (int64_t i = 0; i < group.size(); ++i) {
+      QuantizeState member_state = state;
+      if (per_member_state) {
+        member_state.delayed_scale = state.member_delayed_scales[static_cast<size_t>(i)];
+        member_state.delayed_amax = &state.member_delayed_amax[static_cast<size_t>(i)];
+      }
       quantize(group.member(i), x.subspan(static_cast<size_t>(i) * member_values, member_values), member_slices(buffers, out, i),
-               target, state);
+               target, member_state);
+    }
     return;
   }
   TEC_INTERNAL_CHECK(static_cast<int64_t>(x.size()) == proto.shape.numel(), {}) << "quantize: wrong input size";

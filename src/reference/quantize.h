@@ -24,6 +24,10 @@ void delayed_scaling_update(std::span<float> amax_history, float& scale, float f
 struct QuantizeState {
   float delayed_scale = 1.0f;    // fp8_delayed: the scale to cast with
   float* delayed_amax = nullptr;  // fp8_delayed: amax_history[0], max-merged with max|x|
+  // fp8_delayed of a grouped tensor (a train plan's copy of an MoE layer's weights): each
+  // member's scale, and its history's row-0 slot, instead of the two above.
+  std::span<const float> member_delayed_scales;
+  std::span<float> member_delayed_amax;
   std::span<const float> static_scale_inv;  // fp8_static of a weight: the model's scales
   // fp8_delayed of a constant (a weight quantized by the compiler): the scale comes from the
   // tensor's own amax, each member's own for a grouped tensor, and delayed_scale is unused.

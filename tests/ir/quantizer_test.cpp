@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ir/recipe.h"
+#include "ir/tensor_proto.h"
 #include "test_util.h"
 
 namespace tec {
@@ -58,6 +59,18 @@ TEST_CASE("only delayed scaling declares state: scale [1] = 1 and amax_history [
   CHECK(Quantizer::fp8_current(DType::fp8_e4m3).state_buffers().empty());
   CHECK(Quantizer::mxfp8(DType::fp8_e4m3).state_buffers().empty());
   CHECK(Quantizer::nvfp4().state_buffers().empty());
+}
+
+TEST_CASE("a grouped delayed tensor keeps a scale per member and a history column per member ([L, members], TE's layout)") {
+  TensorProto experts = TensorProto::dense(Shape{8, 256, 128}, DType::fp8_e4m3).with_quantizer(Quantizer::fp8_delayed(DType::fp8_e4m3, 16));
+  CHECK(experts.state_buffers()[0].shape == Shape{1});  // not grouped: one tensor
+  experts.group_members = 8;
+  const auto state = experts.state_buffers();
+  REQUIRE(state.size() == 2);
+  CHECK(state[0].shape == Shape{8});
+  CHECK(state[0].initial_value == 1.0f);
+  CHECK(state[1].shape == Shape({16, 8}));
+  CHECK(TensorProto::dense(Shape{4, 4}, DType::bf16).state_buffers().empty());
 }
 
 TEST_CASE("recipes pick TE's quantizer per role") {
