@@ -277,6 +277,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  // Waits for `step`'s slot and issues its four wgmma (32 bytes of K each) into d; `fresh`:
+  // the first overwrites d rather than adding to it.
+  auto issue_step = [&](float (&d)[kAccumulators], int step, bool fresh) {
+    const int s = step % TEC_SLOTS;
+    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
+    const u32 slot = base + (u32)(s * kSlotBytes);
+    const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
+    const unsigned long long b = tec_sw128_descriptor(slot);
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  };
 #if TEC_BLOCK_SCALES
   // A 128-byte step of K is one scale block of X (1x128) and of W (128x128, the tile's 128
   // rows): the step's product is made apart and added into acc times both blocks' scale_inv.
@@ -291,19 +304,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) part[i] = 0.0f;
   for (int step = 0; step < kSteps; ++step) {
-    const int s = step % TEC_SLOTS;
     const float w_s = w_scale[step];
     const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
-    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
-    const u32 slot = base + (u32)(s * kSlotBytes);
-    const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
-    const unsigned long long b = tec_sw128_descriptor(slot);
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-    for (int k = 0; k < 4; ++k) tec_wgmma_step(part, a + 2 * k, b + 2 * k, k > 0);
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    issue_step(part, step, true);
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    tec_barrier_arrive(empty(s));
+    tec_barrier_arrive(empty(step % TEC_SLOTS));
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
 #pragma unroll
@@ -311,15 +316,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   }
 #else
   for (int step = 0; step < kSteps; ++step) {
-    const int s = step % TEC_SLOTS;
-    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
-    const u32 slot = base + (u32)(s * kSlotBytes);
-    const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
-    const unsigned long long b = tec_sw128_descriptor(slot);
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#pragma unroll
-    for (int k = 0; k < 4; ++k) tec_wgmma_step(acc, a + 2 * k, b + 2 * k);  // + 32 bytes of K each
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    issue_step(acc, step, false);
     asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
     if (step > 0) tec_barrier_arrive(empty((step - 1) % TEC_SLOTS));
   }
