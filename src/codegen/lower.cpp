@@ -1186,8 +1186,8 @@ class StepLowering {
       x_data = dequantize_to(x, x.name + ".bf16");
       step_.fusions.push_back("gpu: " + std::string(tec::to_string(x.proto.quantizer->kind)) +
                               ": tec's grouped GEMM reads no block scales (fp8-block's: experimental, te-compile "
-                              "--grouped-block-scales): every expert's weight dequantized to bf16 in the GEMM's tiled layout (" + (w.kind == ValueKind::weight ? "once per session" : "every run") +
-                              "), the tokens every run; bf16 grouped GEMM");
+                              "--grouped-block-scales): every expert's weight dequantized to bf16 in the GEMM's tiled layout (" +
+                              (w.kind == ValueKind::weight ? "once per session" : "every run") + "), the tokens every run; bf16 grouped GEMM");
     } else {
       w_data = data(w);
       x_data = data(x);
@@ -1288,7 +1288,7 @@ class StepLowering {
   // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
   // tensor's, which holds when every member's are the same size and packed back to back.
   std::string dequantize_grouped_weight(const Value& w, int64_t rows, int64_t member_rows, int64_t k) {
-    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) (void)packed_member_bytes(w, b.spec.role);
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) (void)packed_member_bytes(w, b);
     // A constant weight's copy is made once per session and kept; a train plan's weight copy
     // changes every step, so it is dequantized every run.
     const bool constant = w.kind == ValueKind::weight;
@@ -1301,17 +1301,18 @@ class StepLowering {
     return out;
   }
 
-  // The bytes from one member's `role` buffer to the next's in a grouped weight, where the
+  // The bytes from one member's buffer `b` to the next's in grouped weight `w`, where the
   // kernels index the members as one array: every member's the same size, packed back to back.
+  static int64_t packed_member_bytes(const Value& w, const GroupedBuffer& b) {
+    for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
+      if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
+        throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(b.spec.role)) +
+                         " buffers are not equal and packed, so no one kernel indexes them"};
+    return b.member_bytes.at(0);
+  }
   static int64_t packed_member_bytes(const Value& w, BufferRole role) {
-    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) {
-      if (b.spec.role != role) continue;
-      for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
-        if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
-          throw NotLowered{"grouped weight '" + w.name + "': its members' " + std::string(tec::to_string(role)) +
-                           " buffers are not equal and packed, so no one kernel indexes them"};
-      return b.member_bytes.at(0);
-    }
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers())
+      if (b.spec.role == role) return packed_member_bytes(w, b);
     throw NotLowered{"grouped weight '" + w.name + "' has no " + std::string(tec::to_string(role)) + " buffer"};
   }
 
