@@ -226,6 +226,34 @@ TEST_CASE("grouped tensors: only weights (or a train plan's copies of them) of s
   CHECK(manifest_error([&](auto& m) { tensor(m, "fc1.weight")["group_members"] = 256; }).find("fc1.weight") != std::string::npos);
 }
 
+TEST_CASE("a grouped tensor's delayed-scaling state must be one scale and one history column per member") {
+  // moe_tiny trained under fp8-delayed: fc1.weight's copy has 4 experts, so scale [4] and amax_history [1024, 4].
+  CompileOptions options;
+  options.model_path = test::source_dir() + "/examples/moe_tiny.json";
+  options.frontend.recipe = RecipeKind::fp8_delayed;
+  options.frontend.mode = Mode::train;
+  options.frontend.dim_overrides["T"] = {16};
+  const CompileResult r = compile(options);
+  CHECK_NOTHROW((void)plan::Plan::load(plan::serialize_plan(r.plan->manifest, r.plan->blobs), "moe.teplan"));
+  auto with_state_shape = [&](const std::string& buffer, const std::vector<int64_t>& shape) {
+    nlohmann::json m = r.plan->manifest;
+    for (auto& b : m["profiles"][0]["buffers"])
+      if (b["name"] == buffer) {
+        int64_t numel = 1;
+        for (int64_t d : shape) numel *= d;
+        b["shape"] = shape;
+        b["bytes"] = numel * 4;  // the buffer itself stays consistent: only the state check can object
+      }
+    return load_error(plan::serialize_plan(m, r.plan->blobs));
+  };
+  for (const auto& [buffer, shape] : {std::pair<std::string, std::vector<int64_t>>{"fc1.weight.state.amax_history", {1024}},
+                                      {"fc1.weight.state.amax_history", {4, 1024}},
+                                      {"fc1.weight.state.scale", {1}}}) {
+    CAPTURE(buffer);
+    CHECK(with_state_shape(buffer, shape).find("state buffer '" + buffer + "' has the wrong region, dtype or shape") != std::string::npos);
+  }
+}
+
 TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are rejected at load") {
   // The first launch of a kind (T=32 runs its GEMMs in tec's small-M kernel, T=128 in cuBLASLt).
   auto launch = [](nlohmann::json& m, const char* kind) -> nlohmann::json& {
