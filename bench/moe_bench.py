@@ -257,9 +257,9 @@ def run_tec(out, tokens, build, recipes, router):
     for recipe in recipes:
         plan = out / f"moe.{recipe}.{'router' if router else 'routed'}.teplan"
         started = time.time()
-        # "fp8-block+block-scales": te-compile --grouped-block-scales (the experts in FP8, experimental).
+        # "fp8-block+bf16-copy": te-compile --no-grouped-block-scales (the experts through a bf16 copy).
         base, _, variant = recipe.partition("+")
-        flags = ["--grouped-block-scales"] if variant == "block-scales" else []
+        flags = ["--no-grouped-block-scales"] if variant == "bf16-copy" else []
         run_tool([build / "te-compile", out / ("moe_router.json" if router else "moe_routed.json"), "-o", plan, "--recipe", base, "-q", *flags])
         compile_s = time.time() - started
         for t in tokens:
@@ -365,7 +365,7 @@ def main():
     ap.add_argument("--tokens", default="256,2048,8192")
     ap.add_argument("--part", default="tec,router,peers,dense", help="comma-separated: tec, router, peers, dense")
     ap.add_argument("--recipes", default="bf16,fp8-current",
-                    help="comma-separated tec recipes; fp8-block+block-scales compiles with --grouped-block-scales")
+                    help="comma-separated tec recipes; fp8-block+bf16-copy compiles with --no-grouped-block-scales")
     ap.add_argument("--peers", default="loop bf16,loop fp8,compile bf16,padded bf16,padded bf16 +graph")
     ap.add_argument("--report", action="store_true", help="print the table from --out's JSON and exit")
     a = ap.parse_args()

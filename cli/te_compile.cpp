@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
-  bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false, grouped_block_scales = false;
+  bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false, grouped_block_scales = true;
   std::string optimizer = "none", wgrad = "accumulate";
   tec::TrainOptions train;
   app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
@@ -293,10 +293,10 @@ int main(int argc, char** argv) {
                "on tec's Hopper wgmma kernel instead of cuBLASLt (every --arch sm_90; the weight must have no other "
                "GPU reader in any profile). Correct on the H100, but not yet faster there inside the CUDA graph "
                "(README: Benchmarks)");
-  app.add_flag("--grouped-block-scales", grouped_block_scales,
-               "experimental: multiply fp8-block MoE experts (grouped_linear) in FP8 on tec's grouped GEMM, scaling each "
-               "128-deep step of K by its blocks' scales, instead of through a bf16 copy of the weights made once per "
-               "session. Not yet run on a GPU (README: Status)");
+  app.add_flag("--grouped-block-scales,!--no-grouped-block-scales", grouped_block_scales,
+               "fp8-block MoE experts (grouped_linear) are multiplied in FP8 on tec's grouped GEMM, each 128-deep step of K "
+               "scaled by its blocks' scales (the default). --no-grouped-block-scales runs them through a bf16 copy of the "
+               "weights made once per session instead, as before (slower, and the copy takes memory: README, MoE layer)");
   app.add_option("--cache-dir", cache_dir, "cache folder for NVRTC kernels and pre-quantized constants (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
                                            "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");
@@ -358,7 +358,7 @@ int main(int argc, char** argv) {
                                          {"lr", train.lr}, {"beta1", train.beta1},
                                          {"beta2", train.beta2}, {"eps", train.eps}, {"weight_decay", train.weight_decay}};
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
-    if (grouped_block_scales) options.record.options["grouped_block_scales"] = true;
+    if (!grouped_block_scales) options.record.options["grouped_block_scales"] = false;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());

@@ -30,7 +30,7 @@ struct CompileOptions {
   BuildRecord record;               // tool and options, for the plan's build record
   std::vector<std::string> archs{"sm_90"};  // cubins for each
   bool mid_m_gemm = false;  // experimental: codegen::LoweringTarget::mid_m_gemm
-  bool grouped_block_scales = false;  // experimental: codegen::LoweringTarget::grouped_block_scales
+  bool grouped_block_scales = true;  // codegen::LoweringTarget::grouped_block_scales
   std::string cache_dir = codegen::default_cache_dir();  // kernels and constants; "" disables it
 };
 

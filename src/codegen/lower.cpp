@@ -1155,11 +1155,11 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && (q->kind == QuantizerKind::fp8_block || q->kind == QuantizerKind::mxfp8 || q->kind == QuantizerKind::nvfp4);
     };
-    // With LoweringTarget::grouped_block_scales, FP8 block scaling in E4M3 (X 1x128, W
-    // 128x128) runs natively: the kernel scales each 128-deep step of K as it adds it. Else,
-    // and for MXFP8's 32-element and NVFP4's 16-element blocks (which would need that after
-    // every wgmma), the operands reach the kernel dequantized to bf16 (a constant weight once
-    // per session, the tokens every run).
+    // FP8 block scaling in E4M3 (X 1x128, W 128x128) runs natively (unless
+    // LoweringTarget::grouped_block_scales is off): the kernel scales each 128-deep step of K as
+    // it adds it. MXFP8's 32-element and NVFP4's 16-element blocks would need that after every
+    // wgmma, so those operands reach the kernel dequantized to bf16 (a constant weight once per
+    // session, the tokens every run).
     auto fp8_block_e4m3 = [](const Value& v) {
       const auto& q = v.proto.quantizer;
       return q && q->kind == QuantizerKind::fp8_block && q->dtype == DType::fp8_e4m3;
@@ -1185,8 +1185,10 @@ class StepLowering {
       w_data = dequantize_grouped_weight(w, experts * n_out, n_out, k);
       x_data = dequantize_to(x, x.name + ".bf16");
       step_.fusions.push_back("gpu: " + std::string(tec::to_string(x.proto.quantizer->kind)) +
-                              ": tec's grouped GEMM reads no block scales (fp8-block's: experimental, te-compile "
-                              "--grouped-block-scales): every expert's weight dequantized to bf16 in the GEMM's tiled layout (" +
+                              (x.proto.quantizer->kind == QuantizerKind::fp8_block
+                                   ? ": te-compile --no-grouped-block-scales"
+                                   : ": tec's grouped GEMM reads no 32- or 16-element block scales") +
+                              ": every expert's weight dequantized to bf16 in the GEMM's tiled layout (" +
                               (w.kind == ValueKind::weight ? "once per session" : "every run") + "), the tokens every run; bf16 grouped GEMM");
     } else {
       w_data = data(w);

@@ -100,10 +100,9 @@ struct LoweringTarget {
   // Correct on the H100, but in the CUDA graph at mlp.json T=128 not yet faster than cuBLASLt.
   bool mid_m_gemm = false;
   // fp8-block MoE experts multiplied in FP8 by tec's grouped GEMM, scaling each 128-deep step
-  // of K by its blocks' scales (kernels/grouped_gemm.cu TEC_BLOCK_SCALES), instead of through
-  // a bf16 copy of the weights: experimental, te-compile --grouped-block-scales. Written without
-  // a GPU at hand: not yet run on one (README says so).
-  bool grouped_block_scales = false;
+  // of K by its blocks' scales (kernels/grouped_gemm.cu TEC_BLOCK_SCALES). false: through a
+  // bf16 copy of the weights (te-compile --no-grouped-block-scales), slower and bigger.
+  bool grouped_block_scales = true;
 };
 
 // Lowers every step of one profile for `target`. Adds workspaces to

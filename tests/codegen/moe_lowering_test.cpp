@@ -26,7 +26,7 @@ std::string moe_tiny_with_ffn(int64_t ffn) {
   return path.string();
 }
 
-CompileResult lowered(const std::string& model, RecipeKind recipe, bool grouped_block_scales = false) {
+CompileResult lowered(const std::string& model, RecipeKind recipe, bool grouped_block_scales = true) {
   CompileOptions options;
   options.grouped_block_scales = grouped_block_scales;
   options.model_path = model;
@@ -105,8 +105,8 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
 }
 
-TEST_CASE("with --grouped-block-scales, fp8-block experts run in FP8: the grouped GEMM reads the data and both operands' block scales") {
-  const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", RecipeKind::fp8_block, true);
+TEST_CASE("fp8-block experts run in FP8: the grouped GEMM reads the data and both operands' block scales") {
+  const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", RecipeKind::fp8_block);
   const CompiledProfile& p = r.profiles.at(0);
   REQUIRE(p.gpu.supported);
   for (const std::string name : {"fc1+act", "fc2"}) {
@@ -140,10 +140,11 @@ TEST_CASE("with --grouped-block-scales, fp8-block experts run in FP8: the groupe
   }));
 }
 
-TEST_CASE("block-scaled experts (fp8-block, mxfp8, nvfp4) are dequantized to bf16 and multiplied by the bf16 grouped GEMM") {
+TEST_CASE("mxfp8 and nvfp4 experts, and fp8-block's under --no-grouped-block-scales, are dequantized to bf16 and multiplied by the bf16 "
+          "grouped GEMM") {
   for (RecipeKind recipe : {RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4}) {
     CAPTURE(to_string(recipe));
-    const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe);
+    const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe, recipe != RecipeKind::fp8_block);
     const CompiledProfile& p = r.profiles.at(0);
     REQUIRE(p.gpu.supported);
     for (const std::string name : {"fc1+act", "fc2"}) {
