@@ -261,6 +261,14 @@ TEC_HD bool tec_dropout_keep(unsigned long long seed, unsigned long long index, 
   return u >= p;
 }
 
+// Rotary position embedding (the rope op): the pair (x1, x2) turned by the angle whose cosine
+// and sine are c and s; the backward turns by -s. y1 and y2 may alias x1 and x2.
+TEC_HD void tec_rope_rotate(float x1, float x2, float c, float s, float* y1, float* y2) {
+  const float a = x1 * c - x2 * s, b = x2 * c + x1 * s;
+  *y1 = a;
+  *y2 = b;
+}
+
 // An MoE router's choice for one token (moe_router): from the expert logits, the scores
 // (softmax over every expert, or each expert's sigmoid), then the top k scores, highest first,
 // ties to the lower expert index; normalize: the k weights divided by their sum. Sums run

@@ -78,6 +78,25 @@ inline Tensors forward_fp64(const Graph& g, Tensors values) {
       y = in(0);
       for (size_t i = 0; i < y.size(); ++i)
         y[i] = tec_dropout_keep(static_cast<unsigned long long>(n.attrs.get_int("seed", 0)), i, static_cast<float>(p)) ? y[i] / (1 - p) : 0;
+    } else if (n.op == "rope") {
+      const int64_t heads = n.attrs.get_int("heads", 0), head_dim = n.attrs.get_int("head_dim", 0);
+      const int64_t rotary = n.attrs.get_int("rotary_dim", 0) == 0 ? head_dim : n.attrs.get_int("rotary_dim", 0);
+      const bool interleaved = n.attrs.get_string("style", "half") == "interleaved", sbhd = n.attrs.get_string("layout", "bshd") == "sbhd";
+      const double theta = n.attrs.get_float("theta", 10000.0);
+      y = in(0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t position = sbhd ? r / shape[1] : r % shape[1];
+        for (int64_t i = 0; i < rotary / 2; ++i) {
+          const double angle = static_cast<double>(position) * std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(rotary));
+          for (int64_t h = 0; h < heads; ++h) {
+            double& a = y[static_cast<size_t>(r * k + h * head_dim + (interleaved ? 2 * i : i))];
+            double& b = y[static_cast<size_t>(r * k + h * head_dim + (interleaved ? 2 * i + 1 : i + rotary / 2))];
+            const double a0 = a, b0 = b;
+            a = a0 * std::cos(angle) - b0 * std::sin(angle);
+            b = b0 * std::cos(angle) + a0 * std::sin(angle);
+          }
+        }
+      }
     } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
       y = in(0);  // straight through: the fp64 model does not quantize
     } else if (n.op == "moe_router") {

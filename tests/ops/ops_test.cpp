@@ -50,6 +50,8 @@ const std::vector<OpCase>& op_cases() {
       {"grouped_linear", {"[32, 64]", "[4] int32"}, R"({"num_gemms": 4, "in_features": 64, "out_features": 32})", {32, 32},
        {{"input", 0}, {"m_splits", 1}, {"weight", 2}}},
       {"moe_unpermute", {"[32, 64]", "[32] int32", "[16, 2] fp32"}, "{}", {16, 64}, {{"input", 0}, {"row_map", 1}, {"weights", 2}}},
+      // Attention: rope saves nothing (its backward is the rotation's transpose).
+      {"rope", {"[2, 8, 64]"}, R"({"heads": 4, "head_dim": 16})", {2, 8, 64}, {}},
   };
   return cases;
 }
@@ -132,7 +134,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 29);
+  CHECK(builtin_ops().all().size() == 30);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }

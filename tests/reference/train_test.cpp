@@ -120,6 +120,26 @@ TEST_CASE("every op's backward on the CPU reference matches fp64 central differe
   }
 }
 
+TEST_CASE("rope's backward matches fp64 central differences, both styles and layouts, between two linears (bf16)") {
+  // The projections give rope's input a gradient and make its output feed a GEMM, as in a layer.
+  for (const std::string attrs : {R"({"heads": 4, "head_dim": 16})", R"({"heads": 4, "head_dim": 16, "style": "interleaved", "rotary_dim": 8})",
+                                  R"({"heads": 2, "head_dim": 32, "layout": "sbhd", "theta": 500000})"}) {
+    CAPTURE(attrs);
+    const std::string graph = R"({"name": "rope", "dims": {"T": [8]}, "dtype": "bf16", "weights": {"init": "random", "seed": 5},
+        "inputs": [{"name": "x", "shape": [2, "T", 64]}],
+        "ops": [{"name": "q", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}},
+                {"name": "rot", "op": "rope", "inputs": ["q"], "attrs": )" + attrs + R"(},
+                {"name": "o", "op": "linear", "inputs": ["rot"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}}],
+        "outputs": ["o"]})";
+    const std::string path = temp_file("rope.json", graph);
+    for (const GradientCheck& check : check_gradients(path, RecipeKind::bf16, 8, 256)) {
+      CAPTURE(check.name);
+      CHECK(check.error < 1.5e-2);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
 TEST_CASE("the MoE layer's backward (router, permute, grouped linears, unpermute) matches fp64 central differences (bf16)") {
   // moe_tiny as it is (softmax router, normalised top-2), and with a sigmoid router, the raw
   // top-k weights and a bias per expert.
