@@ -1,14 +1,17 @@
-// The attention half of a transformer layer (issue 25). So far `rope`, the rotary position
-// embedding of the query and key heads (RoFormer; TE's apply_rotary_pos_emb), on the CPU
-// reference: the GPU lowering, and `attention` through cuDNN, are not written yet, and a plan
-// using rope says "no GPU code" naming it.
+// The attention half of a transformer layer (issue 25): `rope`, the rotary position embedding
+// of the query and key heads (RoFormer; TE's apply_rotary_pos_emb), and `attention`, scaled
+// dot-product attention (TE's DotProductAttention), both on the CPU reference so far: their GPU
+// lowering (a row kernel, cuDNN's SDPA graphs) is not written yet, and a plan using them says
+// "no GPU code" naming the op.
 //
 // rope rotates pairs of each head's first rotary_dim channels by the angle position x
 // theta^(-2i / rotary_dim) for pair i: the "half" style pairs channel i with i + rotary_dim / 2
 // (GPT-NeoX, Hugging Face Llama's rotate_half), "interleaved" pairs 2i with 2i + 1 (GPT-J).
 // Channels past rotary_dim pass through. The position is the token's index along the
 // sequence dim of a [B, S, H x D] (bshd) or [S, B, H x D] (sbhd) input.
+#include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/parallel.h"
 #include "ops/common.h"
@@ -97,6 +100,191 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
   return {std::move(dx)};
 }
 
+// ---- attention ----
+//
+// o = softmax(scale q k^T + mask) v per head, for self-attention: q [B, S, heads x head_dim],
+// k and v [B, S, kv_heads x head_dim] (or all [S, B, ...] under layout sbhd). kv_heads divides
+// heads: query head h reads kv head h / (heads / kv_heads) (GQA; MQA at kv_heads = 1). causal
+// masks the keys after the query's own position. As flash attention, a train plan saves the
+// softmax's log-sum-exp per query row and head ([B, heads, S] fp32) besides q, k and v; the
+// backward makes o again from them. The reference sums in fp64 (its bound against fp64 is the
+// rounding of its inputs and output to the model dtype).
+
+struct AttentionConfig {
+  int64_t heads, kv_heads, head_dim;
+  bool causal, sbhd;
+  double scale;
+  explicit AttentionConfig(const Attributes& a)
+      : heads(a.get_int("heads", 0)),
+        kv_heads(a.get_int("kv_heads", 0) == 0 ? a.get_int("heads", 0) : a.get_int("kv_heads", 0)),
+        head_dim(a.get_int("head_dim", 0)),
+        causal(a.get_bool("causal", false)),
+        sbhd(a.get_string("layout", "bshd") == "sbhd"),
+        scale(a.get_float("scale", 0.0) == 0.0 ? 1.0 / std::sqrt(static_cast<double>(a.get_int("head_dim", 1)))
+                                               : a.get_float("scale", 0.0)) {}
+};
+
+void check_attention_attributes(const Attributes& attrs, const ErrorContext& ctx) {
+  const AttentionConfig c(attrs);
+  TEC_USER_CHECK(c.heads >= 1 && c.head_dim >= 1, ctx) << "heads and head_dim must be positive, got " << c.heads << " and " << c.head_dim;
+  TEC_USER_CHECK(c.kv_heads >= 1 && c.heads % c.kv_heads == 0, ctx)
+      << "kv_heads must divide heads = " << c.heads << " (each kv head serves heads / kv_heads query heads), got " << c.kv_heads;
+  TEC_USER_CHECK(std::isfinite(c.scale) && c.scale > 0.0, ctx) << "scale must be a positive finite number (0: 1 / sqrt(head_dim)), got "
+                                                               << attrs.get_float("scale", 0.0);
+}
+
+InferResult infer_attention(const InferContext& ctx) {
+  const AttentionConfig c(ctx.node.attrs);
+  const char* layout = c.sbhd ? "[S, B, " : "[B, S, ";
+  const int64_t widths[3] = {checked_mul(c.heads, c.head_dim), checked_mul(c.kv_heads, c.head_dim), checked_mul(c.kv_heads, c.head_dim)};
+  const char* names[3] = {"q", "k", "v"};
+  const TensorProto& q = ctx.inputs[0];
+  for (int slot = 0; slot < 3; ++slot) {
+    const TensorProto& t = ctx.inputs[static_cast<size_t>(slot)];
+    const std::string& name = ctx.graph.value(ctx.node.inputs[static_cast<size_t>(slot)]).name;
+    TEC_USER_CHECK(t.shape.rank() == 3, ctx.error) << "input '" << name << "' (" << names[slot] << ") must be 3-D " << layout
+                                                   << (slot == 0 ? "heads" : "kv_heads") << " x head_dim], got " << t.shape.str();
+    TEC_USER_CHECK(t.shape[2] == widths[slot], ctx.error)
+        << "input '" << name << "' (" << names[slot] << ") has last dim " << t.shape[2] << ", expected " << (slot == 0 ? "heads" : "kv_heads")
+        << " x head_dim = " << widths[slot];
+    TEC_USER_CHECK(t.shape[0] == q.shape[0] && t.shape[1] == q.shape[1], ctx.error)
+        << "input '" << name << "' (" << names[slot] << ") is " << t.shape.str() << ", but q is " << q.shape.str()
+        << ": self-attention needs the same batch and sequence";
+    require_high_precision(ctx, slot);
+  }
+  InferResult result;
+  result.outputs.push_back(dense_like(q));
+  const int64_t batch = c.sbhd ? q.shape[1] : q.shape[0], seq = c.sbhd ? q.shape[0] : q.shape[1];
+  for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
+  result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{batch, c.heads, seq}, DType::fp32), -1});
+  return result;
+}
+
+BackwardResult infer_attention_backward(const BackwardContext& ctx) {
+  BackwardResult result;
+  result.grad_inputs = grads_like_inputs(ctx);
+  result.reads = read_all_saved(ctx);
+  return result;
+}
+
+// One head's view of a [B, S, heads x head_dim] (or [S, B, ...]) tensor: row `position` of
+// batch `b`, head `h`.
+struct HeadView {
+  const AttentionConfig& c;
+  int64_t batch, seq, heads;
+  size_t at(int64_t b, int64_t position, int64_t h) const {
+    const int64_t row = c.sbhd ? position * batch + b : b * seq + position;
+    return static_cast<size_t>((row * heads + h) * c.head_dim);
+  }
+};
+
+// The forward of one (batch, head): the probabilities' log-sum-exp per query row, and o.
+// `lse` and `o` point at the head's first query row.
+struct AttentionShapes {
+  int64_t batch, seq;
+};
+
+AttentionShapes attention_shapes(const AttentionConfig& c, const Shape& q) {
+  return {c.sbhd ? q[1] : q[0], c.sbhd ? q[0] : q[1]};
+}
+
+// scale q_i . k_j for the keys query i sees (j <= i when causal), in fp64.
+void scores_of(const AttentionConfig& c, const float* qi, const HostTensor& k, const HeadView& kv, int64_t b, int64_t kvh, int64_t i,
+               int64_t seq, std::vector<double>& scores) {
+  const int64_t keys = c.causal ? i + 1 : seq;
+  scores.resize(static_cast<size_t>(keys));
+  for (int64_t j = 0; j < keys; ++j) {
+    const float* kj = &k.values[kv.at(b, j, kvh)];
+    double dot = 0.0;
+    for (int64_t d = 0; d < c.head_dim; ++d) dot += static_cast<double>(qi[d]) * kj[d];
+    scores[static_cast<size_t>(j)] = c.scale * dot;
+  }
+}
+
+double log_sum_exp(const std::vector<double>& scores) {
+  const double top = *std::max_element(scores.begin(), scores.end());
+  double sum = 0.0;
+  for (double s : scores) sum += std::exp(s - top);
+  return top + std::log(sum);
+}
+
+// in: q, k, v. out: o, and (train plans keep it) the log-sum-exp [B, heads, S].
+std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const AttentionConfig c(attrs);
+  const HostTensor &q = in[0], &k = in[1], &v = in[2];
+  const auto [batch, seq] = attention_shapes(c, q.shape);
+  const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
+  HostTensor o{q.shape, std::vector<float>(q.values.size())};
+  HostTensor lse{Shape{batch, c.heads, seq}, std::vector<float>(static_cast<size_t>(batch * c.heads * seq))};
+  const int64_t group = c.heads / c.kv_heads;
+  parallel_for(batch * c.heads * seq, [&](int64_t index) {
+    const int64_t b = index / (c.heads * seq), h = index / seq % c.heads, i = index % seq;
+    std::vector<double> scores;
+    scores_of(c, &q.values[qv.at(b, i, h)], k, kv, b, h / group, i, seq, scores);
+    const double row_lse = log_sum_exp(scores);
+    std::vector<double> out(static_cast<size_t>(c.head_dim), 0.0);
+    for (size_t j = 0; j < scores.size(); ++j) {
+      const double p = std::exp(scores[j] - row_lse);
+      const float* vj = &v.values[kv.at(b, static_cast<int64_t>(j), h / group)];
+      for (int64_t d = 0; d < c.head_dim; ++d) out[static_cast<size_t>(d)] += p * vj[d];
+    }
+    for (int64_t d = 0; d < c.head_dim; ++d) o.values[qv.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(out[static_cast<size_t>(d)]);
+    lse.values[static_cast<size_t>(index)] = static_cast<float>(row_lse);
+  });
+  return {std::move(o), std::move(lse)};
+}
+
+// in: q, k, v, the log-sum-exp, do. With P = exp(scale q k^T - lse): dv = P^T do,
+// ds = P (do v^T - rowsum(do o)), dq = scale ds k, dk = scale ds^T q; a kv head's dk and dv sum
+// over the query heads it serves. In fp64; o is made again from P and v.
+std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
+  const AttentionConfig c(attrs);
+  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[3], &dout = in[4];
+  const auto [batch, seq] = attention_shapes(c, q.shape);
+  const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
+  const int64_t group = c.heads / c.kv_heads, dim = c.head_dim;
+  HostTensor dq{q.shape, std::vector<float>(q.values.size())};
+  std::vector<double> dk(k.values.size(), 0.0), dv(v.values.size(), 0.0);
+  // One task per (batch, kv head): it alone writes that kv head's dk and dv.
+  parallel_for(batch * c.kv_heads, [&](int64_t task) {
+    const int64_t b = task / c.kv_heads, kvh = task % c.kv_heads;
+    std::vector<double> scores, p, dq_row(static_cast<size_t>(dim));
+    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
+      for (int64_t i = 0; i < seq; ++i) {
+        const float* qi = &q.values[qv.at(b, i, h)];
+        const float* doi = &dout.values[qv.at(b, i, h)];
+        scores_of(c, qi, k, kv, b, kvh, i, seq, scores);
+        const double row_lse = lse.values[static_cast<size_t>((b * c.heads + h) * seq + i)];
+        p.resize(scores.size());
+        std::vector<double> o(static_cast<size_t>(dim), 0.0);
+        for (size_t j = 0; j < scores.size(); ++j) {
+          p[j] = std::exp(scores[j] - row_lse);
+          const float* vj = &v.values[kv.at(b, static_cast<int64_t>(j), kvh)];
+          for (int64_t d = 0; d < dim; ++d) o[static_cast<size_t>(d)] += p[j] * vj[d];
+        }
+        double do_dot_o = 0.0;
+        for (int64_t d = 0; d < dim; ++d) do_dot_o += doi[d] * o[static_cast<size_t>(d)];
+        std::fill(dq_row.begin(), dq_row.end(), 0.0);
+        for (size_t j = 0; j < scores.size(); ++j) {
+          const size_t kj = kv.at(b, static_cast<int64_t>(j), kvh);
+          double dp = 0.0;
+          for (int64_t d = 0; d < dim; ++d) dp += doi[d] * static_cast<double>(v.values[kj + static_cast<size_t>(d)]);
+          const double ds = p[j] * (dp - do_dot_o);
+          for (int64_t d = 0; d < dim; ++d) {
+            dv[kj + static_cast<size_t>(d)] += p[j] * doi[d];
+            dk[kj + static_cast<size_t>(d)] += c.scale * ds * qi[d];
+            dq_row[static_cast<size_t>(d)] += c.scale * ds * k.values[kj + static_cast<size_t>(d)];
+          }
+        }
+        for (int64_t d = 0; d < dim; ++d) dq.values[qv.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(dq_row[static_cast<size_t>(d)]);
+      }
+  });
+  auto as_float = [](const Shape& shape, const std::vector<double>& values) {
+    return HostTensor{shape, std::vector<float>(values.begin(), values.end())};
+  };
+  return {std::move(dq), as_float(k.shape, dk), as_float(v.shape, dv)};
+}
+
 }  // namespace
 
 void register_attention_ops(OpRegistry& registry) {
@@ -121,6 +309,27 @@ void register_attention_ops(OpRegistry& registry) {
       .infer_backward = infer_rope_backward,
       .reference = reference_rope,
       .backward_reference = backward_reference_rope,
+  });
+  registry.add(OpDef{
+      .name = "attention",
+      .summary = "scaled dot-product self-attention of q, k, v (MHA, GQA, MQA; causal or not; CPU reference only so far)",
+      .min_inputs = 3,
+      .max_inputs = 3,
+      .attrs =
+          {
+              {"heads", AttrType::int_, std::nullopt, {}, "query heads"},
+              {"kv_heads", AttrType::int_, AttrValue{int64_t{0}}, {}, "key and value heads, dividing heads (0: heads)"},
+              {"head_dim", AttrType::int_, std::nullopt, {}, "channels per head"},
+              {"causal", AttrType::bool_, AttrValue{false}, {}, "each query sees the keys up to its own position"},
+              {"scale", AttrType::float_, AttrValue{0.0}, {}, "the softmax scale (0: 1 / sqrt(head_dim))"},
+              {"layout", AttrType::string_, AttrValue{std::string("bshd")}, {"bshd", "sbhd"},
+               "bshd: inputs [batch, sequence, heads x head_dim]; sbhd: [sequence, batch, heads x head_dim]"},
+          },
+      .check_attributes = check_attention_attributes,
+      .infer = infer_attention,
+      .infer_backward = infer_attention_backward,
+      .reference = reference_attention,
+      .backward_reference = backward_reference_attention,
   });
 }
 

@@ -1,5 +1,5 @@
-// The attention ops' CPU reference (so far rope) against the math written out in fp64, and
-// their input checks. Gradients: tests/reference/train_test.cpp.
+// The attention ops' CPU reference (rope, attention) against the math written out, and their
+// input checks. Gradients against fp64: tests/reference/train_test.cpp.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -28,6 +28,21 @@ HostTensor rope(const Attributes& attrs, const HostTensor& x) { return builtin_o
 std::string rope_graph(const std::string& shape, const std::string& attrs) {
   return R"({"inputs": [{"name": "x", "shape": )" + shape + R"(}], "ops": [{"name": "rot", "op": "rope", "inputs": ["x"], "attrs": )" +
          attrs + R"(}], "outputs": ["rot"]})";
+}
+
+Attributes attention_attributes(int64_t heads, int64_t kv_heads, bool causal, const std::string& layout = "bshd") {
+  Attributes a;
+  a.values = {{"heads", heads}, {"kv_heads", kv_heads}, {"head_dim", int64_t{4}}, {"causal", causal}, {"scale", 0.0}, {"layout", layout}};
+  return a;
+}
+
+std::vector<HostTensor> attention(const Attributes& attrs, const HostTensor& q, const HostTensor& k, const HostTensor& v) {
+  return builtin_ops().get("attention").reference(attrs, {q, k, v});
+}
+
+std::string attention_graph(const std::string& q, const std::string& kv, const std::string& attrs) {
+  return R"({"inputs": [{"name": "q", "shape": )" + q + R"(}, {"name": "k", "shape": )" + kv + R"(}, {"name": "v", "shape": )" + kv +
+         R"(}], "ops": [{"name": "att", "op": "attention", "inputs": ["q", "k", "v"], "attrs": )" + attrs + R"(}], "outputs": ["att"]})";
 }
 
 }  // namespace
@@ -97,6 +112,85 @@ TEST_CASE("rope refuses inputs and attributes it cannot apply, naming the node a
     CAPTURE(c.attrs);
     const Error e = test::error_of([&] { (void)test::compile_text(rope_graph(c.shape, c.attrs)); });
     CHECK(e.context().node == "rot");
+    CHECK(e.message().find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("attention: causal row 0 sees only key 0, so it returns v's row 0; its log-sum-exp is that one score") {
+  const int64_t heads = 2, seq = 5;
+  const HostTensor q = random_tensor(Shape{1, seq, heads * 4}, 1), k = random_tensor(Shape{1, seq, heads * 4}, 2), v = random_tensor(Shape{1, seq, heads * 4}, 3);
+  const std::vector<HostTensor> out = attention(attention_attributes(heads, heads, true), q, k, v);
+  REQUIRE(out.size() == 2);
+  CHECK(out[1].shape == Shape({1, heads, seq}));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t d = 0; d < 4; ++d) CHECK(out[0].values[static_cast<size_t>(h * 4 + d)] == v.values[static_cast<size_t>(h * 4 + d)]);
+    double score = 0.0;
+    for (int64_t d = 0; d < 4; ++d) score += static_cast<double>(q.values[static_cast<size_t>(h * 4 + d)]) * k.values[static_cast<size_t>(h * 4 + d)];
+    CHECK(out[1].values[static_cast<size_t>(h * seq)] == doctest::Approx(score / 2.0).epsilon(1e-6));  // scale 1 / sqrt(4)
+  }
+}
+
+TEST_CASE("attention: keys all alike give every query the mean of v; without causal every row alike") {
+  const int64_t seq = 6;
+  HostTensor k = random_tensor(Shape{1, 1, 4}, 4);
+  k = HostTensor{Shape{1, seq, 4}, [&] {
+                   std::vector<float> same;
+                   for (int64_t s = 0; s < seq; ++s) same.insert(same.end(), k.values.begin(), k.values.end());
+                   return same;
+                 }()};
+  const HostTensor q = random_tensor(Shape{1, seq, 4}, 5), v = random_tensor(Shape{1, seq, 4}, 6);
+  const HostTensor o = attention(attention_attributes(1, 1, false), q, k, v).at(0);
+  for (int64_t d = 0; d < 4; ++d) {
+    double mean = 0.0;
+    for (int64_t s = 0; s < seq; ++s) mean += v.values[static_cast<size_t>(s * 4 + d)] / static_cast<double>(seq);
+    for (int64_t s = 0; s < seq; ++s) CHECK(o.values[static_cast<size_t>(s * 4 + d)] == doctest::Approx(mean).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("attention with GQA: query heads h and h' of one kv head, given the same q, give the same output") {
+  const int64_t seq = 4;
+  HostTensor q = random_tensor(Shape{1, seq, 4 * 4}, 7);
+  for (int64_t s = 0; s < seq; ++s)  // heads 2 and 3 (kv head 1 of 2) share their query
+    for (int64_t d = 0; d < 4; ++d) q.values[static_cast<size_t>(s * 16 + 12 + d)] = q.values[static_cast<size_t>(s * 16 + 8 + d)];
+  const HostTensor k = random_tensor(Shape{1, seq, 2 * 4}, 8), v = random_tensor(Shape{1, seq, 2 * 4}, 9);
+  const HostTensor o = attention(attention_attributes(4, 2, true), q, k, v).at(0);
+  for (int64_t s = 0; s < seq; ++s)
+    for (int64_t d = 0; d < 4; ++d) {
+      CHECK(o.values[static_cast<size_t>(s * 16 + 12 + d)] == o.values[static_cast<size_t>(s * 16 + 8 + d)]);
+      CHECK(o.values[static_cast<size_t>(s * 16 + 4 + d)] != o.values[static_cast<size_t>(s * 16 + 8 + d)]);  // another kv head
+    }
+}
+
+TEST_CASE("attention under sbhd gives bshd's values transposed, bit for bit") {
+  const int64_t batch = 2, seq = 3, width = 8;
+  auto transposed = [&](const HostTensor& t) {
+    HostTensor out{Shape{seq, batch, width}, std::vector<float>(t.values.size())};
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t s = 0; s < seq; ++s)
+        for (int64_t c = 0; c < width; ++c) out.values[static_cast<size_t>((s * batch + b) * width + c)] = t.values[static_cast<size_t>((b * seq + s) * width + c)];
+    return out;
+  };
+  const HostTensor q = random_tensor(Shape{batch, seq, width}, 10), k = random_tensor(Shape{batch, seq, width}, 11), v = random_tensor(Shape{batch, seq, width}, 12);
+  const HostTensor bshd = attention(attention_attributes(2, 2, true), q, k, v).at(0);
+  const HostTensor sbhd = attention(attention_attributes(2, 2, true, "sbhd"), transposed(q), transposed(k), transposed(v)).at(0);
+  CHECK(sbhd.values == transposed(bshd).values);
+}
+
+TEST_CASE("attention refuses inputs and attributes it cannot apply, naming the node and what it expected") {
+  struct Case {
+    std::string q, kv, attrs, message;
+  };
+  const std::vector<Case> cases = {
+      {"[2, 8, 64]", "[2, 8, 32]", R"({"heads": 4, "kv_heads": 3, "head_dim": 16})", "kv_heads must divide heads = 4"},
+      {"[2, 8, 64]", "[2, 8, 32]", R"({"heads": 4, "head_dim": 16})", "input 'k' (k) has last dim 32, expected kv_heads x head_dim = 64"},
+      {"[2, 8, 64]", "[2, 4, 64]", R"({"heads": 4, "head_dim": 16})", "self-attention needs the same batch and sequence"},
+      {"[16, 64]", "[16, 64]", R"({"heads": 4, "head_dim": 16})", "input 'q' (q) must be 3-D [B, S, heads x head_dim], got [16, 64]"},
+      {"[2, 8, 64]", "[2, 8, 64]", R"({"heads": 4, "head_dim": 16, "scale": -1})", "scale must be a positive finite number"},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.attrs);
+    const Error e = test::error_of([&] { (void)test::compile_text(attention_graph(c.q, c.kv, c.attrs)); });
+    CHECK(e.context().node == "att");
     CHECK(e.message().find(c.message) != std::string::npos);
   }
 }

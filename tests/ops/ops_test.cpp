@@ -52,6 +52,9 @@ const std::vector<OpCase>& op_cases() {
       {"moe_unpermute", {"[32, 64]", "[32] int32", "[16, 2] fp32"}, "{}", {16, 64}, {{"input", 0}, {"row_map", 1}, {"weights", 2}}},
       // Attention: rope saves nothing (its backward is the rotation's transpose).
       {"rope", {"[2, 8, 64]"}, R"({"heads": 4, "head_dim": 16})", {2, 8, 64}, {}},
+      // attention saves q, k, v and the softmax's log-sum-exp per row and head, as flash attention.
+      {"attention", {"[2, 8, 64]", "[2, 8, 32]", "[2, 8, 32]"}, R"({"heads": 4, "kv_heads": 2, "head_dim": 16, "causal": true})", {2, 8, 64},
+       {{"q", 0}, {"k", 1}, {"v", 2}, {"softmax_lse", -1}}},
   };
   return cases;
 }
@@ -134,7 +137,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 30);
+  CHECK(builtin_ops().all().size() == 31);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }

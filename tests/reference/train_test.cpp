@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "compiler.h"
@@ -132,6 +133,29 @@ TEST_CASE("rope's backward matches fp64 central differences, both styles and lay
                 {"name": "o", "op": "linear", "inputs": ["rot"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}}],
         "outputs": ["o"]})";
     const std::string path = temp_file("rope.json", graph);
+    for (const GradientCheck& check : check_gradients(path, RecipeKind::bf16, 8, 256)) {
+      CAPTURE(check.name);
+      CHECK(check.error < 1.5e-2);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("attention's backward matches fp64 central differences: MHA, GQA and MQA, causal or not, both layouts (bf16)") {
+  for (const std::string attrs : {R"({"heads": 4, "head_dim": 16})", R"({"heads": 4, "kv_heads": 2, "head_dim": 16, "causal": true})",
+                                  R"({"heads": 4, "kv_heads": 1, "head_dim": 16, "causal": true, "layout": "sbhd", "scale": 0.3})"}) {
+    CAPTURE(attrs);
+    const int64_t kv_width = 16 * nlohmann::json::parse(attrs).value("kv_heads", 4);
+    const std::string kv = std::to_string(kv_width);
+    const std::string graph = R"({"name": "attention", "dims": {"T": [8]}, "dtype": "bf16", "weights": {"init": "random", "seed": 5},
+        "inputs": [{"name": "x", "shape": [2, "T", 64]}],
+        "ops": [{"name": "q", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}},
+                {"name": "k", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 64, "out_features": )" + kv + R"(, "bias": false}},
+                {"name": "v", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 64, "out_features": )" + kv + R"(, "bias": false}},
+                {"name": "att", "op": "attention", "inputs": ["q", "k", "v"], "attrs": )" + attrs + R"(},
+                {"name": "o", "op": "linear", "inputs": ["att"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}}],
+        "outputs": ["o"]})";
+    const std::string path = temp_file("attention.json", graph);
     for (const GradientCheck& check : check_gradients(path, RecipeKind::bf16, 8, 256)) {
       CAPTURE(check.name);
       CHECK(check.error < 1.5e-2);
@@ -275,6 +299,19 @@ TEST_CASE("mlp_tiny and swiglu_mlp: every gradient within its recipe's bound of 
         CHECK(check.error < r.bound);
         MESSAGE(example << " " << to_string(r.recipe) << " d" << check.name << " rel error " << check.error);
       }
+    }
+  }
+}
+
+TEST_CASE("llama_layer_tiny (rmsnorm, q/k/v, rope, GQA causal attention, projection, SwiGLU MLP): every gradient within its recipe's "
+          "bound of fp64, every recipe") {
+  const std::string path = test::source_dir() + "/examples/llama_layer_tiny.json";
+  for (const RecipeBound& r : kRecipeBounds) {
+    CAPTURE(to_string(r.recipe));
+    for (const GradientCheck& check : check_gradients(path, r.recipe, 16, 96, r.steps)) {
+      CAPTURE(check.name);
+      CHECK(check.error < r.bound);
+      MESSAGE("llama_layer_tiny " << to_string(r.recipe) << " d" << check.name << " rel error " << check.error);
     }
   }
 }
