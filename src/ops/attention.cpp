@@ -122,6 +122,8 @@ struct AttentionConfig {
         sbhd(a.get_string("layout", "bshd") == "sbhd"),
         scale(a.get_float("scale", 0.0) == 0.0 ? 1.0 / std::sqrt(static_cast<double>(a.get_int("head_dim", 1)))
                                                : a.get_float("scale", 0.0)) {}
+  int64_t batch_of(const Shape& q) const { return sbhd ? q[1] : q[0]; }
+  int64_t seq_of(const Shape& q) const { return sbhd ? q[0] : q[1]; }
 };
 
 void check_attention_attributes(const Attributes& attrs, const ErrorContext& ctx) {
@@ -154,9 +156,8 @@ InferResult infer_attention(const InferContext& ctx) {
   }
   InferResult result;
   result.outputs.push_back(dense_like(q));
-  const int64_t batch = c.sbhd ? q.shape[1] : q.shape[0], seq = c.sbhd ? q.shape[0] : q.shape[1];
   for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
-  result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{batch, c.heads, seq}, DType::fp32), -1});
+  result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{c.batch_of(q.shape), c.heads, c.seq_of(q.shape)}, DType::fp32), -1});
   return result;
 }
 
@@ -177,16 +178,6 @@ struct HeadView {
     return static_cast<size_t>((row * heads + h) * c.head_dim);
   }
 };
-
-// The forward of one (batch, head): the probabilities' log-sum-exp per query row, and o.
-// `lse` and `o` point at the head's first query row.
-struct AttentionShapes {
-  int64_t batch, seq;
-};
-
-AttentionShapes attention_shapes(const AttentionConfig& c, const Shape& q) {
-  return {c.sbhd ? q[1] : q[0], c.sbhd ? q[0] : q[1]};
-}
 
 // scale q_i . k_j for the keys query i sees (j <= i when causal), in fp64.
 void scores_of(const AttentionConfig& c, const float* qi, const HostTensor& k, const HeadView& kv, int64_t b, int64_t kvh, int64_t i,
@@ -212,7 +203,7 @@ double log_sum_exp(const std::vector<double>& scores) {
 std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2];
-  const auto [batch, seq] = attention_shapes(c, q.shape);
+  const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
   const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
   HostTensor o{q.shape, std::vector<float>(q.values.size())};
   HostTensor lse{Shape{batch, c.heads, seq}, std::vector<float>(static_cast<size_t>(batch * c.heads * seq))};
@@ -240,7 +231,7 @@ std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::
 std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[3], &dout = in[4];
-  const auto [batch, seq] = attention_shapes(c, q.shape);
+  const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
   const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
   const int64_t group = c.heads / c.kv_heads, dim = c.head_dim;
   HostTensor dq{q.shape, std::vector<float>(q.values.size())};
