@@ -105,9 +105,11 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 // o = softmax(scale q k^T + mask) v per head, for self-attention: q [B, S, heads x head_dim],
 // k and v [B, S, kv_heads x head_dim] (or all [S, B, ...] under layout sbhd). kv_heads divides
 // heads: query head h reads kv head h / (heads / kv_heads) (GQA; MQA at kv_heads = 1). causal
-// masks the keys after the query's own position. As flash attention, a train plan saves the
-// softmax's log-sum-exp per query row and head ([B, heads, S] fp32) besides q, k and v; the
-// backward makes o again from them. The reference sums in fp64 (its bound against fp64 is the
+// masks the keys after the query's own position. An optional fourth input, seq_lens (int32
+// [B], cuDNN's padding mask), gives each sequence's valid length: keys past it are masked, and
+// query rows past it give zeros and get no gradient. As flash attention, a train plan saves the
+// softmax's log-sum-exp per query row and head ([B, heads, S] fp32) besides q, k, v (and
+// seq_lens); the backward makes o again from them. The reference sums in fp64 (its bound against fp64 is the
 // rounding of its inputs and output to the model dtype).
 
 struct AttentionConfig {
@@ -154,9 +156,17 @@ InferResult infer_attention(const InferContext& ctx) {
         << ": self-attention needs the same batch and sequence";
     require_high_precision(ctx, slot);
   }
+  const bool padded = ctx.inputs.size() == 4;
+  if (padded) {
+    const TensorProto& lens = ctx.inputs[3];
+    TEC_USER_CHECK(lens.dtype == DType::int32 && !lens.is_quantized() && lens.shape == Shape{c.batch_of(q.shape)}, ctx.error)
+        << "input '" << ctx.graph.value(ctx.node.inputs[3]).name << "' (seq_lens, the padding mask) must be int32 ["
+        << c.batch_of(q.shape) << "], one length per sequence, got " << to_string(lens.dtype) << " " << lens.shape.str();
+  }
   InferResult result;
   result.outputs.push_back(dense_like(q));
   for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
+  if (padded) result.saved.push_back(save_input(ctx, 3, "seq_lens"));
   result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{c.batch_of(q.shape), c.heads, c.seq_of(q.shape)}, DType::fp32), -1});
   return result;
 }
@@ -164,6 +174,7 @@ InferResult infer_attention(const InferContext& ctx) {
 BackwardResult infer_attention_backward(const BackwardContext& ctx) {
   BackwardResult result;
   result.grad_inputs = grads_like_inputs(ctx);
+  if (result.grad_inputs.size() == 4) result.grad_inputs[3] = std::nullopt;  // seq_lens: a mask
   result.reads = read_all_saved(ctx);
   return result;
 }
@@ -179,10 +190,23 @@ struct HeadView {
   }
 };
 
-// scale q_i . k_j for the keys query i sees (j <= i when causal), in fp64.
+// The valid length of each sequence: seq_lens when given (checked), else seq.
+std::vector<int64_t> valid_lengths(const std::vector<HostTensor>& in, size_t lens_slot, int64_t batch, int64_t seq) {
+  std::vector<int64_t> lengths(static_cast<size_t>(batch), seq);
+  if (in.size() <= lens_slot || in[lens_slot].values.empty()) return lengths;
+  for (int64_t b = 0; b < batch; ++b) {
+    const float v = in[lens_slot].values.at(static_cast<size_t>(b));
+    TEC_USER_CHECK(v >= 0.0f && v <= static_cast<float>(seq), {})
+        << "seq_lens[" << b << "] = " << v << ": a sequence's valid length must be in [0, " << seq << "]";
+    lengths[static_cast<size_t>(b)] = static_cast<int64_t>(v);
+  }
+  return lengths;
+}
+
+// scale q_i . k_j for the keys query i sees (j < length, and j <= i when causal), in fp64.
 void scores_of(const AttentionConfig& c, const float* qi, const HostTensor& k, const HeadView& kv, int64_t b, int64_t kvh, int64_t i,
-               int64_t seq, std::vector<double>& scores) {
-  const int64_t keys = c.causal ? i + 1 : seq;
+               int64_t length, std::vector<double>& scores) {
+  const int64_t keys = c.causal ? std::min(i + 1, length) : length;
   scores.resize(static_cast<size_t>(keys));
   for (int64_t j = 0; j < keys; ++j) {
     const float* kj = &k.values[kv.at(b, j, kvh)];
@@ -199,19 +223,23 @@ double log_sum_exp(const std::vector<double>& scores) {
   return top + std::log(sum);
 }
 
-// in: q, k, v. out: o, and (train plans keep it) the log-sum-exp [B, heads, S].
+// in: q, k, v, [seq_lens]. out: o, and (train plans keep it) the log-sum-exp [B, heads, S]
+// (0 for padded rows).
 std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2];
   const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
+  const std::vector<int64_t> lengths = valid_lengths(in, 3, batch, seq);
   const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
   HostTensor o{q.shape, std::vector<float>(q.values.size())};
   HostTensor lse{Shape{batch, c.heads, seq}, std::vector<float>(static_cast<size_t>(batch * c.heads * seq))};
   const int64_t group = c.heads / c.kv_heads;
   parallel_for(batch * c.heads * seq, [&](int64_t index) {
     const int64_t b = index / (c.heads * seq), h = index / seq % c.heads, i = index % seq;
+    const int64_t length = lengths[static_cast<size_t>(b)];
+    if (i >= length) return;  // a padded row: zeros (o starts so), lse 0
     std::vector<double> scores;
-    scores_of(c, &q.values[qv.at(b, i, h)], k, kv, b, h / group, i, seq, scores);
+    scores_of(c, &q.values[qv.at(b, i, h)], k, kv, b, h / group, i, length, scores);
     const double row_lse = log_sum_exp(scores);
     std::vector<double> out(static_cast<size_t>(c.head_dim), 0.0);
     for (size_t j = 0; j < scores.size(); ++j) {
@@ -225,13 +253,15 @@ std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::
   return {std::move(o), std::move(lse)};
 }
 
-// in: q, k, v, the log-sum-exp, do. With P = exp(scale q k^T - lse): dv = P^T do,
+// in: q, k, v, [seq_lens], the log-sum-exp, do. With P = exp(scale q k^T - lse): dv = P^T do,
 // ds = P (do v^T - rowsum(do o)), dq = scale ds k, dk = scale ds^T q; a kv head's dk and dv sum
 // over the query heads it serves. In fp64; o is made again from P and v.
 std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
-  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[3], &dout = in[4];
+  const bool padded = in.size() == 6;
+  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[padded ? 4 : 3], &dout = in[padded ? 5 : 4];
   const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
+  const std::vector<int64_t> lengths = valid_lengths(in, padded ? 3 : in.size(), batch, seq);
   const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
   const int64_t group = c.heads / c.kv_heads, dim = c.head_dim;
   HostTensor dq{q.shape, std::vector<float>(q.values.size())};
@@ -241,10 +271,10 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
     const int64_t b = task / c.kv_heads, kvh = task % c.kv_heads;
     std::vector<double> scores, p, dq_row(static_cast<size_t>(dim));
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-      for (int64_t i = 0; i < seq; ++i) {
+      for (int64_t i = 0; i < lengths[static_cast<size_t>(b)]; ++i) {  // padded rows: no gradient (dq stays 0)
         const float* qi = &q.values[qv.at(b, i, h)];
         const float* doi = &dout.values[qv.at(b, i, h)];
-        scores_of(c, qi, k, kv, b, kvh, i, seq, scores);
+        scores_of(c, qi, k, kv, b, kvh, i, lengths[static_cast<size_t>(b)], scores);
         const double row_lse = lse.values[static_cast<size_t>((b * c.heads + h) * seq + i)];
         p.resize(scores.size());
         std::vector<double> o(static_cast<size_t>(dim), 0.0);
@@ -273,7 +303,9 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
   auto as_float = [](const Shape& shape, const std::vector<double>& values) {
     return HostTensor{shape, std::vector<float>(values.begin(), values.end())};
   };
-  return {std::move(dq), as_float(k.shape, dk), as_float(v.shape, dv)};
+  std::vector<HostTensor> grads{std::move(dq), as_float(k.shape, dk), as_float(v.shape, dv)};
+  if (padded) grads.emplace_back();  // seq_lens: no gradient
+  return grads;
 }
 
 }  // namespace
@@ -303,9 +335,10 @@ void register_attention_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "attention",
-      .summary = "scaled dot-product self-attention of q, k, v (MHA, GQA, MQA; causal or not; CPU reference only so far)",
+      .summary = "scaled dot-product self-attention of q, k, v (MHA, GQA, MQA; causal or not; a padding mask as the optional "
+                 "int32 input seq_lens [B]; CPU reference only so far)",
       .min_inputs = 3,
-      .max_inputs = 3,
+      .max_inputs = 4,
       .attrs =
           {
               {"heads", AttrType::int_, std::nullopt, {}, "query heads"},

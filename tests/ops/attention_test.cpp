@@ -193,6 +193,18 @@ TEST_CASE("attention refuses inputs and attributes it cannot apply, naming the n
     CHECK(e.context().node == "att");
     CHECK(e.message().find(c.message) != std::string::npos);
   }
+  // The padding mask: one int32 length per sequence, each within the sequence.
+  const std::string wrong_lens = R"({"inputs": [{"name": "q", "shape": [2, 8, 64]}, {"name": "lens", "shape": [3], "dtype": "int32"}],
+      "ops": [{"name": "att", "op": "attention", "inputs": ["q", "q", "q", "lens"], "attrs": {"heads": 4, "head_dim": 16}}], "outputs": ["att"]})";
+  const Error e = test::error_of([&] { (void)test::compile_text(wrong_lens); });
+  CHECK(e.context().node == "att");
+  CHECK(e.message().find("input 'lens' (seq_lens, the padding mask) must be int32 [2], one length per sequence, got int32 [3]") !=
+        std::string::npos);
+  const HostTensor q = random_tensor(Shape{2, 8, 4 * 4}, 1);  // 4 heads of attention_attributes' 4 channels
+  const Error range = test::error_of([&] {
+    (void)builtin_ops().get("attention").reference(attention_attributes(4, 4, false), {q, q, q, HostTensor{Shape{2}, {3, 9}}});
+  });
+  CHECK(range.message().find("seq_lens[1] = 9: a sequence's valid length must be in [0, 8]") != std::string::npos);
 }
 
 }  // namespace tec
