@@ -11,7 +11,6 @@
 // sequence dim of a [B, S, H x D] (bshd) or [S, B, H x D] (sbhd) input.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "core/parallel.h"
 #include "ops/common.h"
@@ -109,8 +108,8 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 // [B], cuDNN's padding mask), gives each sequence's valid length: keys past it are masked, and
 // query rows past it give zeros and get no gradient. As flash attention, a train plan saves the
 // softmax's log-sum-exp per query row and head ([B, heads, S] fp32) besides q, k, v (and
-// seq_lens); the backward makes o again from them. The reference sums in fp64 (its bound against fp64 is the
-// rounding of its inputs and output to the model dtype).
+// seq_lens); the backward makes o again from them. The reference sums in fp64, so against an
+// fp64 computation it differs by the rounding of its inputs and output to the model dtype.
 
 struct AttentionConfig {
   int64_t heads, kv_heads, head_dim;
