@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <cstdlib>
 #include <utility>
 
 #include "core/error.h"
@@ -47,6 +48,12 @@ void* DynamicLibrary::symbol(const char* symbol) const {
                 name_ + " (" + path() + ") has no entry point " + symbol + (why ? std::string(": ") + why : std::string()) +
                     "; it is older than tec needs");
   return address;
+}
+
+LibraryChoice library_from_environment(const char* variable, const char* soname, const std::string& needed_for) {
+  const char* file = std::getenv(variable);
+  if (file && *file) return {file, needed_for + " (" + variable + ")"};
+  return {soname, needed_for};
 }
 
 std::string DynamicLibrary::path() const {

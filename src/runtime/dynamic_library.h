@@ -26,11 +26,27 @@ class DynamicLibrary {
   // The name it was opened by, and the file the loader resolved it to.
   const std::string& name() const { return name_; }
   std::string path() const;
+  // The dlopen handle, for a library's own loader (the cuDNN frontend resolves its calls from it).
+  void* handle() const { return handle_; }
 
  private:
   DynamicLibrary(void* handle, std::string name) : handle_(handle), name_(std::move(name)) {}
   void* handle_ = nullptr;
   std::string name_;
 };
+
+// `entry` = the address of `symbol` in `library`, as the function pointer type it is.
+template <class F>
+void resolve_symbol(const DynamicLibrary& library, F& entry, const char* symbol) {
+  entry = reinterpret_cast<F>(library.symbol(symbol));
+}
+
+// Which file a process loads for a library: $`variable` when it is set (a path, e.g. a pip
+// wheel's copy), else `soname` by the loader's search; and `needed_for` saying which.
+struct LibraryChoice {
+  std::string file;
+  std::string needed_for;
+};
+LibraryChoice library_from_environment(const char* variable, const char* soname, const std::string& needed_for);
 
 }  // namespace tec::runtime

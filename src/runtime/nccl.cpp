@@ -1,6 +1,5 @@
 #include "runtime/nccl.h"
 
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 
@@ -10,38 +9,33 @@ namespace tec::runtime {
 
 namespace {
 
-template <class F>
-void resolve(const DynamicLibrary& library, F& entry, const char* symbol) {
-  entry = reinterpret_cast<F>(library.symbol(symbol));
-}
-
 std::string version_string(int code) {
   return std::to_string(code / 10000) + "." + std::to_string(code / 100 % 100) + "." + std::to_string(code % 100);
 }
 
 NcclLibrary open_nccl(const std::string& file, const std::string& needed_for) {
   NcclLibrary n{DynamicLibrary::open({file}, needed_for)};
-  resolve(n.library, n.get_version, "ncclGetVersion");
+  resolve_symbol(n.library, n.get_version, "ncclGetVersion");
   if (n.get_version(&n.version) != ncclSuccess)
     throw Error(ErrorKind::device, {"runtime", "", "", ""}, n.library.path() + ": ncclGetVersion failed");
   if (n.version < kMinNcclVersion)
     throw Error(ErrorKind::device, {"runtime", "", "", ""},
                 n.library.path() + " is NCCL " + version_string(n.version) + "; tec needs " + version_string(kMinNcclVersion) +
                     " or newer (non-blocking communicator init)");
-  resolve(n.library, n.get_error_string, "ncclGetErrorString");
-  resolve(n.library, n.get_unique_id, "ncclGetUniqueId");
-  resolve(n.library, n.comm_init_rank_config, "ncclCommInitRankConfig");
-  resolve(n.library, n.comm_get_async_error, "ncclCommGetAsyncError");
-  resolve(n.library, n.comm_count, "ncclCommCount");
-  resolve(n.library, n.comm_user_rank, "ncclCommUserRank");
-  resolve(n.library, n.comm_finalize, "ncclCommFinalize");
-  resolve(n.library, n.comm_destroy, "ncclCommDestroy");
-  resolve(n.library, n.comm_abort, "ncclCommAbort");
-  resolve(n.library, n.all_gather, "ncclAllGather");
-  resolve(n.library, n.reduce_scatter, "ncclReduceScatter");
-  resolve(n.library, n.all_reduce, "ncclAllReduce");
-  resolve(n.library, n.group_start, "ncclGroupStart");
-  resolve(n.library, n.group_end, "ncclGroupEnd");
+  resolve_symbol(n.library, n.get_error_string, "ncclGetErrorString");
+  resolve_symbol(n.library, n.get_unique_id, "ncclGetUniqueId");
+  resolve_symbol(n.library, n.comm_init_rank_config, "ncclCommInitRankConfig");
+  resolve_symbol(n.library, n.comm_get_async_error, "ncclCommGetAsyncError");
+  resolve_symbol(n.library, n.comm_count, "ncclCommCount");
+  resolve_symbol(n.library, n.comm_user_rank, "ncclCommUserRank");
+  resolve_symbol(n.library, n.comm_finalize, "ncclCommFinalize");
+  resolve_symbol(n.library, n.comm_destroy, "ncclCommDestroy");
+  resolve_symbol(n.library, n.comm_abort, "ncclCommAbort");
+  resolve_symbol(n.library, n.all_gather, "ncclAllGather");
+  resolve_symbol(n.library, n.reduce_scatter, "ncclReduceScatter");
+  resolve_symbol(n.library, n.all_reduce, "ncclAllReduce");
+  resolve_symbol(n.library, n.group_start, "ncclGroupStart");
+  resolve_symbol(n.library, n.group_end, "ncclGroupEnd");
   return n;
 }
 
@@ -55,9 +49,8 @@ const NcclLibrary& nccl(const std::string& needed_for) {
   static std::unique_ptr<NcclLibrary> loaded;
   std::lock_guard lock(mutex);
   if (!loaded) {
-    const char* file = std::getenv("TEC_NCCL_LIBRARY");
-    loaded = std::make_unique<NcclLibrary>(
-        open_nccl(file && *file ? file : "libnccl.so.2", needed_for + (file && *file ? " (TEC_NCCL_LIBRARY)" : "")));
+    const LibraryChoice choice = library_from_environment("TEC_NCCL_LIBRARY", "libnccl.so.2", needed_for);
+    loaded = std::make_unique<NcclLibrary>(open_nccl(choice.file, choice.needed_for));
   }
   return *loaded;
 }
