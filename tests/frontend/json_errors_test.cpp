@@ -49,7 +49,7 @@ std::vector<BadCase> bad_cases() {
       {"unknown top-level field", replace(kValid, R"("recipe")", R"("recipie")"), "graph.json /recipie", "",
        "unknown field 'recipie'"},
       {"unknown op", replace(kValid, R"("op": "gelu")", R"("op": "gelux")"), "graph.json /ops/2/op", "act",
-       "unknown op 'gelux'; known ops: add, bias"},
+       "unknown op 'gelux'; known ops: add, attention, bias"},
       {"missing input value", replace(kValid, R"("inputs": ["fc1"])", R"("inputs": ["fc0"])"),
        "graph.json /ops/2/inputs/0", "act", "input value 'fc0' is not defined by any input or op"},
       {"name used twice", replace(kValid, R"("name": "act")", R"("name": "fc1")"), "graph.json /ops/2/name", "fc1",
