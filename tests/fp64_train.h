@@ -100,31 +100,34 @@ inline Tensors forward_fp64(const Graph& g, Tensors values) {
     } else if (n.op == "attention") {
       const int64_t heads = n.attrs.get_int("heads", 0), head_dim = n.attrs.get_int("head_dim", 0);
       const int64_t kv_heads = n.attrs.get_int("kv_heads", 0) == 0 ? heads : n.attrs.get_int("kv_heads", 0);
+      const int64_t v_dim = n.attrs.get_int("v_head_dim", 0) == 0 ? head_dim : n.attrs.get_int("v_head_dim", 0);
       const bool causal = n.attrs.get_bool("causal", false), sbhd = n.attrs.get_string("layout", "bshd") == "sbhd";
       const double scale = n.attrs.get_float("scale", 0.0) == 0.0 ? 1 / std::sqrt(static_cast<double>(head_dim)) : n.attrs.get_float("scale", 0.0);
-      const int64_t batch = sbhd ? shape[1] : shape[0], seq = sbhd ? shape[0] : shape[1];
+      const Shape& kv_shape = g.value(n.inputs.at(1)).proto.shape;
+      const int64_t batch = sbhd ? shape[1] : shape[0], seq = sbhd ? shape[0] : shape[1], kv_seq = sbhd ? kv_shape[0] : kv_shape[1];
       const std::vector<double>&q = in(0), &key = in(1), &v = in(2);
-      auto at = [&](int64_t b, int64_t position, int64_t h, int64_t width_heads) {
-        return static_cast<size_t>(((sbhd ? position * batch + b : b * seq + position) * width_heads + h) * head_dim);
+      auto at = [&](int64_t b, int64_t position, int64_t h, int64_t seq_of, int64_t width_heads, int64_t width) {
+        return static_cast<size_t>(((sbhd ? position * batch + b : b * seq_of + position) * width_heads + h) * width);
       };
-      y.assign(q.size(), 0.0);  // padded rows stay 0
+      y.assign(static_cast<size_t>(batch * seq * heads * v_dim), 0.0);  // padded rows stay 0
       for (int64_t b = 0; b < batch; ++b)
         for (int64_t h = 0; h < heads; ++h)
           for (int64_t i = 0; i < seq; ++i) {
-            const int64_t length = n.inputs.size() == 4 ? static_cast<int64_t>(in(3).at(static_cast<size_t>(b))) : seq;
-            if (i >= length) continue;
+            const int64_t length = n.inputs.size() == 4 ? static_cast<int64_t>(in(3).at(static_cast<size_t>(b))) : kv_seq;
+            if (n.inputs.size() == 4 && i >= length) continue;
             const int64_t kvh = h / (heads / kv_heads), keys = causal ? std::min(i + 1, length) : length;
             std::vector<double> p(static_cast<size_t>(keys));
             double total = 0.0;
             for (int64_t j = 0; j < keys; ++j) {
               double dot = 0.0;
-              for (int64_t d = 0; d < head_dim; ++d) dot += q[at(b, i, h, heads) + static_cast<size_t>(d)] * key[at(b, j, kvh, kv_heads) + static_cast<size_t>(d)];
+              for (int64_t d = 0; d < head_dim; ++d)
+                dot += q[at(b, i, h, seq, heads, head_dim) + static_cast<size_t>(d)] * key[at(b, j, kvh, kv_seq, kv_heads, head_dim) + static_cast<size_t>(d)];
               p[static_cast<size_t>(j)] = std::exp(scale * dot);  // small test scores: no max subtraction needed in fp64
               total += p[static_cast<size_t>(j)];
             }
             for (int64_t j = 0; j < keys; ++j)
-              for (int64_t d = 0; d < head_dim; ++d)
-                y[at(b, i, h, heads) + static_cast<size_t>(d)] += p[static_cast<size_t>(j)] / total * v[at(b, j, kvh, kv_heads) + static_cast<size_t>(d)];
+              for (int64_t d = 0; d < v_dim; ++d)
+                y[at(b, i, h, seq, heads, v_dim) + static_cast<size_t>(d)] += p[static_cast<size_t>(j)] / total * v[at(b, j, kvh, kv_seq, kv_heads, v_dim) + static_cast<size_t>(d)];
           }
     } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
       y = in(0);  // straight through: the fp64 model does not quantize

@@ -101,35 +101,40 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 
 // ---- attention ----
 //
-// o = softmax(scale q k^T + mask) v per head, for self-attention: q [B, S, heads x head_dim],
-// k and v [B, S, kv_heads x head_dim] (or all [S, B, ...] under layout sbhd). kv_heads divides
+// o = softmax(scale q k^T + mask) v per head: q [B, S, heads x head_dim], k [B, S_kv, kv_heads x
+// head_dim], v [B, S_kv, kv_heads x v_head_dim], o [B, S, heads x v_head_dim] (or every one
+// [S, B, ...] under layout sbhd). S_kv may differ from S (cross-attention). kv_heads divides
 // heads: query head h reads kv head h / (heads / kv_heads) (GQA; MQA at kv_heads = 1). causal
-// masks the keys after the query's own position. An optional fourth input, seq_lens (int32
-// [B], cuDNN's padding mask), gives each sequence's valid length: keys past it are masked, and
-// query rows past it give zeros and get no gradient. As flash attention, a train plan saves the
-// softmax's log-sum-exp per query row and head ([B, heads, S] fp32) besides q, k, v (and
-// seq_lens); the backward makes o again from them. The reference sums in fp64, so against an
-// fp64 computation it differs by the rounding of its inputs and output to the model dtype.
+// masks the keys after the query's own position, aligned at the top left (query i sees keys
+// j <= i), as ONNX's Attention and cuDNN's default. An optional fourth input, seq_lens (int32
+// [B], cuDNN's padding mask; self-attention only), gives each sequence's valid length: keys
+// past it are masked, and query rows past it give zeros and get no gradient. As flash
+// attention, a train plan saves the softmax's log-sum-exp per query row and head ([B, heads, S]
+// fp32) besides q, k, v (and seq_lens); the backward makes o again from them. The reference
+// sums in fp64, so against an fp64 computation it differs by the rounding of its inputs and
+// output to the model dtype.
 
 struct AttentionConfig {
-  int64_t heads, kv_heads, head_dim;
+  int64_t heads, kv_heads, head_dim, v_head_dim;
   bool causal, sbhd;
   double scale;
   explicit AttentionConfig(const Attributes& a)
       : heads(a.get_int("heads", 0)),
         kv_heads(a.get_int("kv_heads", 0) == 0 ? a.get_int("heads", 0) : a.get_int("kv_heads", 0)),
         head_dim(a.get_int("head_dim", 0)),
+        v_head_dim(a.get_int("v_head_dim", 0) == 0 ? a.get_int("head_dim", 0) : a.get_int("v_head_dim", 0)),
         causal(a.get_bool("causal", false)),
         sbhd(a.get_string("layout", "bshd") == "sbhd"),
         scale(a.get_float("scale", 0.0) == 0.0 ? 1.0 / std::sqrt(static_cast<double>(a.get_int("head_dim", 1)))
                                                : a.get_float("scale", 0.0)) {}
-  int64_t batch_of(const Shape& q) const { return sbhd ? q[1] : q[0]; }
-  int64_t seq_of(const Shape& q) const { return sbhd ? q[0] : q[1]; }
+  int64_t batch_of(const Shape& t) const { return sbhd ? t[1] : t[0]; }
+  int64_t seq_of(const Shape& t) const { return sbhd ? t[0] : t[1]; }
 };
 
 void check_attention_attributes(const Attributes& attrs, const ErrorContext& ctx) {
   const AttentionConfig c(attrs);
-  TEC_USER_CHECK(c.heads >= 1 && c.head_dim >= 1, ctx) << "heads and head_dim must be positive, got " << c.heads << " and " << c.head_dim;
+  TEC_USER_CHECK(c.heads >= 1 && c.head_dim >= 1 && c.v_head_dim >= 1, ctx)
+      << "heads, head_dim and v_head_dim must be positive, got " << c.heads << ", " << c.head_dim << " and " << c.v_head_dim;
   TEC_USER_CHECK(c.kv_heads >= 1 && c.heads % c.kv_heads == 0, ctx)
       << "kv_heads must divide heads = " << c.heads << " (each kv head serves heads / kv_heads query heads), got " << c.kv_heads;
   TEC_USER_CHECK(std::isfinite(c.scale) && c.scale > 0.0, ctx) << "scale must be a positive finite number (0: 1 / sqrt(head_dim)), got "
@@ -139,31 +144,37 @@ void check_attention_attributes(const Attributes& attrs, const ErrorContext& ctx
 InferResult infer_attention(const InferContext& ctx) {
   const AttentionConfig c(ctx.node.attrs);
   const char* layout = c.sbhd ? "[S, B, " : "[B, S, ";
-  const int64_t widths[3] = {checked_mul(c.heads, c.head_dim), checked_mul(c.kv_heads, c.head_dim), checked_mul(c.kv_heads, c.head_dim)};
   const char* names[3] = {"q", "k", "v"};
-  const TensorProto& q = ctx.inputs[0];
+  const char* widths_named[3] = {"heads x head_dim", "kv_heads x head_dim", "kv_heads x v_head_dim"};
+  const int64_t widths[3] = {checked_mul(c.heads, c.head_dim), checked_mul(c.kv_heads, c.head_dim), checked_mul(c.kv_heads, c.v_head_dim)};
+  const TensorProto &q = ctx.inputs[0], &k = ctx.inputs[1];
   for (int slot = 0; slot < 3; ++slot) {
     const TensorProto& t = ctx.inputs[static_cast<size_t>(slot)];
     const std::string& name = ctx.graph.value(ctx.node.inputs[static_cast<size_t>(slot)]).name;
     TEC_USER_CHECK(t.shape.rank() == 3, ctx.error) << "input '" << name << "' (" << names[slot] << ") must be 3-D " << layout
-                                                   << (slot == 0 ? "heads" : "kv_heads") << " x head_dim], got " << t.shape.str();
-    TEC_USER_CHECK(t.shape[2] == widths[slot], ctx.error)
-        << "input '" << name << "' (" << names[slot] << ") has last dim " << t.shape[2] << ", expected " << (slot == 0 ? "heads" : "kv_heads")
-        << " x head_dim = " << widths[slot];
-    TEC_USER_CHECK(t.shape[0] == q.shape[0] && t.shape[1] == q.shape[1], ctx.error)
-        << "input '" << name << "' (" << names[slot] << ") is " << t.shape.str() << ", but q is " << q.shape.str()
-        << ": self-attention needs the same batch and sequence";
+                                                   << widths_named[slot] << "], got " << t.shape.str();
+    TEC_USER_CHECK(t.shape[2] == widths[slot], ctx.error) << "input '" << name << "' (" << names[slot] << ") has last dim " << t.shape[2]
+                                                          << ", expected " << widths_named[slot] << " = " << widths[slot];
+    TEC_USER_CHECK(c.batch_of(t.shape) == c.batch_of(q.shape), ctx.error)
+        << "input '" << name << "' (" << names[slot] << ") is " << t.shape.str() << ", but q is " << q.shape.str() << ": the batch differs";
     require_high_precision(ctx, slot);
   }
+  TEC_USER_CHECK(c.seq_of(ctx.inputs[2].shape) == c.seq_of(k.shape), ctx.error)
+      << "k is " << k.shape.str() << " and v " << ctx.inputs[2].shape.str() << ": a key and its value need the same sequence";
   const bool padded = ctx.inputs.size() == 4;
   if (padded) {
     const TensorProto& lens = ctx.inputs[3];
     TEC_USER_CHECK(lens.dtype == DType::int32 && !lens.is_quantized() && lens.shape == Shape{c.batch_of(q.shape)}, ctx.error)
         << "input '" << ctx.graph.value(ctx.node.inputs[3]).name << "' (seq_lens, the padding mask) must be int32 ["
         << c.batch_of(q.shape) << "], one length per sequence, got " << to_string(lens.dtype) << " " << lens.shape.str();
+    TEC_USER_CHECK(c.seq_of(k.shape) == c.seq_of(q.shape), ctx.error)
+        << "seq_lens (the padding mask) is for self-attention: k's sequence " << c.seq_of(k.shape) << " is not q's "
+        << c.seq_of(q.shape);
   }
   InferResult result;
-  result.outputs.push_back(dense_like(q));
+  Shape out = q.shape;
+  out.dims[2] = checked_mul(c.heads, c.v_head_dim);
+  result.outputs.push_back(TensorProto::dense(out, q.dtype));
   for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
   if (padded) result.saved.push_back(save_input(ctx, 3, "seq_lens"));
   result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{c.batch_of(q.shape), c.heads, c.seq_of(q.shape)}, DType::fp32), -1});
@@ -178,37 +189,56 @@ BackwardResult infer_attention_backward(const BackwardContext& ctx) {
   return result;
 }
 
-// One head's view of a [B, S, heads x head_dim] (or [S, B, ...]) tensor: row `position` of
-// batch `b`, head `h`.
+// One head's channels in a [B, seq, heads x width] (or [seq, B, ...]) tensor: the offset of
+// row `position` of batch `b`, head `h`.
 struct HeadView {
-  const AttentionConfig& c;
-  int64_t batch, seq, heads;
+  bool sbhd;
+  int64_t batch, seq, heads, width;
+  HeadView(const AttentionConfig& c, const Shape& t, int64_t heads_in, int64_t width_in)
+      : sbhd(c.sbhd), batch(c.batch_of(t)), seq(c.seq_of(t)), heads(heads_in), width(width_in) {}
   size_t at(int64_t b, int64_t position, int64_t h) const {
-    const int64_t row = c.sbhd ? position * batch + b : b * seq + position;
-    return static_cast<size_t>((row * heads + h) * c.head_dim);
+    const int64_t row = sbhd ? position * batch + b : b * seq + position;
+    return static_cast<size_t>((row * heads + h) * width);
   }
 };
 
-// The valid length of each sequence: seq_lens when given (checked), else seq.
-std::vector<int64_t> valid_lengths(const std::vector<HostTensor>& in, size_t lens_slot, int64_t batch, int64_t seq) {
-  std::vector<int64_t> lengths(static_cast<size_t>(batch), seq);
-  if (in.size() <= lens_slot || in[lens_slot].values.empty()) return lengths;
-  for (int64_t b = 0; b < batch; ++b) {
-    const float v = in[lens_slot].values.at(static_cast<size_t>(b));
-    TEC_USER_CHECK(v >= 0.0f && v <= static_cast<float>(seq), {})
-        << "seq_lens[" << b << "] = " << v << ": a sequence's valid length must be in [0, " << seq << "]";
-    lengths[static_cast<size_t>(b)] = static_cast<int64_t>(v);
+// The three views, and each sequence's valid length: seq_lens when given (checked), else
+// the keys' sequence.
+struct AttentionViews {
+  HeadView q, k, v, o;
+  int64_t group;  // query heads per kv head
+  std::vector<int64_t> lengths;
+};
+
+AttentionViews views_of(const AttentionConfig& c, const HostTensor& q, const HostTensor& k, const HostTensor* seq_lens) {
+  Shape o = q.shape;
+  o.dims[2] = c.heads * c.v_head_dim;
+  AttentionViews views{HeadView(c, q.shape, c.heads, c.head_dim), HeadView(c, k.shape, c.kv_heads, c.head_dim),
+                       HeadView(c, k.shape, c.kv_heads, c.v_head_dim), HeadView(c, o, c.heads, c.v_head_dim), c.heads / c.kv_heads,
+                       std::vector<int64_t>(static_cast<size_t>(c.batch_of(q.shape)), c.seq_of(k.shape))};
+  if (!seq_lens) return views;
+  for (size_t b = 0; b < views.lengths.size(); ++b) {
+    const float v = seq_lens->values.at(b);
+    TEC_USER_CHECK(v >= 0.0f && v <= static_cast<float>(views.k.seq), {})
+        << "seq_lens[" << b << "] = " << v << ": a sequence's valid length must be in [0, " << views.k.seq << "]";
+    views.lengths[b] = static_cast<int64_t>(v);
   }
-  return lengths;
+  return views;
 }
 
-// scale q_i . k_j for the keys query i sees (j < length, and j <= i when causal), in fp64.
-void scores_of(const AttentionConfig& c, const float* qi, const HostTensor& k, const HeadView& kv, int64_t b, int64_t kvh, int64_t i,
-               int64_t length, std::vector<double>& scores) {
+// Whether query row i of batch b attends at all (padded rows do not).
+bool row_attends(const AttentionViews& v, const HostTensor* seq_lens, int64_t b, int64_t i) {
+  return !seq_lens || i < v.lengths[static_cast<size_t>(b)];
+}
+
+// scale q_i . k_j for the keys query i sees (j < the valid length, and j <= i when causal), in fp64.
+void scores_of(const AttentionConfig& c, const AttentionViews& views, const float* qi, const HostTensor& k, int64_t b, int64_t kvh,
+               int64_t i, std::vector<double>& scores) {
+  const int64_t length = views.lengths[static_cast<size_t>(b)];
   const int64_t keys = c.causal ? std::min(i + 1, length) : length;
-  scores.resize(static_cast<size_t>(keys));
+  scores.resize(static_cast<size_t>(std::max<int64_t>(keys, 0)));
   for (int64_t j = 0; j < keys; ++j) {
-    const float* kj = &k.values[kv.at(b, j, kvh)];
+    const float* kj = &k.values[views.k.at(b, j, kvh)];
     double dot = 0.0;
     for (int64_t d = 0; d < c.head_dim; ++d) dot += static_cast<double>(qi[d]) * kj[d];
     scores[static_cast<size_t>(j)] = c.scale * dot;
@@ -227,26 +257,27 @@ double log_sum_exp(const std::vector<double>& scores) {
 std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2];
-  const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
-  const std::vector<int64_t> lengths = valid_lengths(in, 3, batch, seq);
-  const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
-  HostTensor o{q.shape, std::vector<float>(q.values.size())};
+  const HostTensor* seq_lens = in.size() > 3 && !in[3].values.empty() ? &in[3] : nullptr;
+  const AttentionViews views = views_of(c, q, k, seq_lens);
+  const int64_t batch = views.q.batch, seq = views.q.seq;
+  Shape out_shape = q.shape;
+  out_shape.dims[2] = c.heads * c.v_head_dim;
+  HostTensor o{out_shape, std::vector<float>(static_cast<size_t>(out_shape.numel()))};
   HostTensor lse{Shape{batch, c.heads, seq}, std::vector<float>(static_cast<size_t>(batch * c.heads * seq))};
-  const int64_t group = c.heads / c.kv_heads;
   parallel_for(batch * c.heads * seq, [&](int64_t index) {
-    const int64_t b = index / (c.heads * seq), h = index / seq % c.heads, i = index % seq;
-    const int64_t length = lengths[static_cast<size_t>(b)];
-    if (i >= length) return;  // a padded row: zeros (o starts so), lse 0
+    const int64_t b = index / (c.heads * seq), h = index / seq % c.heads, i = index % seq, kvh = h / views.group;
+    if (!row_attends(views, seq_lens, b, i)) return;  // a padded row: zeros (o starts so), lse 0
     std::vector<double> scores;
-    scores_of(c, &q.values[qv.at(b, i, h)], k, kv, b, h / group, i, length, scores);
+    scores_of(c, views, &q.values[views.q.at(b, i, h)], k, b, kvh, i, scores);
+    if (scores.empty()) return;  // no key to attend (an empty sequence): zeros
     const double row_lse = log_sum_exp(scores);
-    std::vector<double> out(static_cast<size_t>(c.head_dim), 0.0);
+    std::vector<double> out(static_cast<size_t>(c.v_head_dim), 0.0);
     for (size_t j = 0; j < scores.size(); ++j) {
       const double p = std::exp(scores[j] - row_lse);
-      const float* vj = &v.values[kv.at(b, static_cast<int64_t>(j), h / group)];
-      for (int64_t d = 0; d < c.head_dim; ++d) out[static_cast<size_t>(d)] += p * vj[d];
+      const float* vj = &v.values[views.v.at(b, static_cast<int64_t>(j), kvh)];
+      for (int64_t d = 0; d < c.v_head_dim; ++d) out[static_cast<size_t>(d)] += p * vj[d];
     }
-    for (int64_t d = 0; d < c.head_dim; ++d) o.values[qv.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(out[static_cast<size_t>(d)]);
+    for (int64_t d = 0; d < c.v_head_dim; ++d) o.values[views.o.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(out[static_cast<size_t>(d)]);
     lse.values[static_cast<size_t>(index)] = static_cast<float>(row_lse);
   });
   return {std::move(o), std::move(lse)};
@@ -259,44 +290,46 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
   const AttentionConfig c(attrs);
   const bool padded = in.size() == 6;
   const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[padded ? 4 : 3], &dout = in[padded ? 5 : 4];
-  const int64_t batch = c.batch_of(q.shape), seq = c.seq_of(q.shape);
-  const std::vector<int64_t> lengths = valid_lengths(in, padded ? 3 : in.size(), batch, seq);
-  const HeadView qv{c, batch, seq, c.heads}, kv{c, batch, seq, c.kv_heads};
-  const int64_t group = c.heads / c.kv_heads, dim = c.head_dim;
+  const HostTensor* seq_lens = padded ? &in[3] : nullptr;
+  const AttentionViews views = views_of(c, q, k, seq_lens);
+  const int64_t seq = views.q.seq;
   HostTensor dq{q.shape, std::vector<float>(q.values.size())};
   std::vector<double> dk(k.values.size(), 0.0), dv(v.values.size(), 0.0);
   // One task per (batch, kv head): it alone writes that kv head's dk and dv.
-  parallel_for(batch * c.kv_heads, [&](int64_t task) {
+  parallel_for(views.q.batch * c.kv_heads, [&](int64_t task) {
     const int64_t b = task / c.kv_heads, kvh = task % c.kv_heads;
-    std::vector<double> scores, p, dq_row(static_cast<size_t>(dim));
-    for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h)
-      for (int64_t i = 0; i < lengths[static_cast<size_t>(b)]; ++i) {  // padded rows: no gradient (dq stays 0)
-        const float* qi = &q.values[qv.at(b, i, h)];
-        const float* doi = &dout.values[qv.at(b, i, h)];
-        scores_of(c, qi, k, kv, b, kvh, i, lengths[static_cast<size_t>(b)], scores);
+    std::vector<double> scores, p, dq_row(static_cast<size_t>(c.head_dim)), o(static_cast<size_t>(c.v_head_dim));
+    for (int64_t h = kvh * views.group; h < (kvh + 1) * views.group; ++h)
+      for (int64_t i = 0; i < seq; ++i) {
+        if (!row_attends(views, seq_lens, b, i)) continue;  // padded rows: no gradient (dq stays 0)
+        const float* qi = &q.values[views.q.at(b, i, h)];
+        const float* doi = &dout.values[views.o.at(b, i, h)];
+        scores_of(c, views, qi, k, b, kvh, i, scores);
         const double row_lse = lse.values[static_cast<size_t>((b * c.heads + h) * seq + i)];
         p.resize(scores.size());
-        std::vector<double> o(static_cast<size_t>(dim), 0.0);
+        std::fill(o.begin(), o.end(), 0.0);
         for (size_t j = 0; j < scores.size(); ++j) {
           p[j] = std::exp(scores[j] - row_lse);
-          const float* vj = &v.values[kv.at(b, static_cast<int64_t>(j), kvh)];
-          for (int64_t d = 0; d < dim; ++d) o[static_cast<size_t>(d)] += p[j] * vj[d];
+          const float* vj = &v.values[views.v.at(b, static_cast<int64_t>(j), kvh)];
+          for (int64_t d = 0; d < c.v_head_dim; ++d) o[static_cast<size_t>(d)] += p[j] * vj[d];
         }
         double do_dot_o = 0.0;
-        for (int64_t d = 0; d < dim; ++d) do_dot_o += doi[d] * o[static_cast<size_t>(d)];
+        for (int64_t d = 0; d < c.v_head_dim; ++d) do_dot_o += doi[d] * o[static_cast<size_t>(d)];
         std::fill(dq_row.begin(), dq_row.end(), 0.0);
         for (size_t j = 0; j < scores.size(); ++j) {
-          const size_t kj = kv.at(b, static_cast<int64_t>(j), kvh);
+          const size_t kj = views.k.at(b, static_cast<int64_t>(j), kvh), vj = views.v.at(b, static_cast<int64_t>(j), kvh);
           double dp = 0.0;
-          for (int64_t d = 0; d < dim; ++d) dp += doi[d] * static_cast<double>(v.values[kj + static_cast<size_t>(d)]);
+          for (int64_t d = 0; d < c.v_head_dim; ++d) {
+            dp += doi[d] * static_cast<double>(v.values[vj + static_cast<size_t>(d)]);
+            dv[vj + static_cast<size_t>(d)] += p[j] * doi[d];
+          }
           const double ds = p[j] * (dp - do_dot_o);
-          for (int64_t d = 0; d < dim; ++d) {
-            dv[kj + static_cast<size_t>(d)] += p[j] * doi[d];
+          for (int64_t d = 0; d < c.head_dim; ++d) {
             dk[kj + static_cast<size_t>(d)] += c.scale * ds * qi[d];
             dq_row[static_cast<size_t>(d)] += c.scale * ds * k.values[kj + static_cast<size_t>(d)];
           }
         }
-        for (int64_t d = 0; d < dim; ++d) dq.values[qv.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(dq_row[static_cast<size_t>(d)]);
+        for (int64_t d = 0; d < c.head_dim; ++d) dq.values[views.q.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(dq_row[static_cast<size_t>(d)]);
       }
   });
   auto as_float = [](const Shape& shape, const std::vector<double>& values) {
@@ -334,16 +367,17 @@ void register_attention_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "attention",
-      .summary = "scaled dot-product self-attention of q, k, v (MHA, GQA, MQA; causal or not; a padding mask as the optional "
-                 "int32 input seq_lens [B]; CPU reference only so far)",
+      .summary = "scaled dot-product attention of q, k, v (MHA, GQA, MQA; self or cross; causal or not; a padding mask as the "
+                 "optional int32 input seq_lens [B]; CPU reference only so far)",
       .min_inputs = 3,
       .max_inputs = 4,
       .attrs =
           {
               {"heads", AttrType::int_, std::nullopt, {}, "query heads"},
               {"kv_heads", AttrType::int_, AttrValue{int64_t{0}}, {}, "key and value heads, dividing heads (0: heads)"},
-              {"head_dim", AttrType::int_, std::nullopt, {}, "channels per head"},
-              {"causal", AttrType::bool_, AttrValue{false}, {}, "each query sees the keys up to its own position"},
+              {"head_dim", AttrType::int_, std::nullopt, {}, "channels per head of q and k"},
+              {"v_head_dim", AttrType::int_, AttrValue{int64_t{0}}, {}, "channels per head of v and the output (0: head_dim)"},
+              {"causal", AttrType::bool_, AttrValue{false}, {}, "query i sees keys 0..i (top-left aligned)"},
               {"scale", AttrType::float_, AttrValue{0.0}, {}, "the softmax scale (0: 1 / sqrt(head_dim))"},
               {"layout", AttrType::string_, AttrValue{std::string("bshd")}, {"bshd", "sbhd"},
                "bshd: inputs [batch, sequence, heads x head_dim]; sbhd: [sequence, batch, heads x head_dim]"},

@@ -5,6 +5,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 
@@ -214,6 +215,61 @@ TEST_CASE("every unsupported node is listed in one error") {
   CHECK(what.find("node 'act' (Softmax, opset 21): op Softmax is not supported") != std::string::npos);
   CHECK(what.find("node 'odd' (Conv") != std::string::npos);
   CHECK(what.find("domain 'com.example' is not supported") != std::string::npos);
+}
+
+// q, k, v -> Attention -> y at opset 23, 3-D [2, 8, heads x 16]; `edit` changes one thing.
+::onnx::ModelProto attention_model(int64_t q_width, int64_t kv_width, const std::function<void(::onnx::NodeProto&)>& edit) {
+  ::onnx::ModelProto m;
+  m.set_ir_version(10);
+  m.add_opset_import()->set_version(23);
+  auto* g = m.mutable_graph();
+  auto value = [](::onnx::ValueInfoProto* v, const std::string& name, std::vector<int64_t> dims) {
+    v->set_name(name);
+    auto* t = v->mutable_type()->mutable_tensor_type();
+    t->set_elem_type(::onnx::TensorProto::FLOAT);
+    for (int64_t d : dims) t->mutable_shape()->add_dim()->set_dim_value(d);
+  };
+  value(g->add_input(), "q", {2, 8, q_width});
+  value(g->add_input(), "k", {2, 8, kv_width});
+  value(g->add_input(), "v", {2, 8, kv_width});
+  value(g->add_output(), "y", {2, 8, q_width});
+  auto* n = g->add_node();
+  n->set_name("attn");
+  n->set_op_type("Attention");
+  for (const char* in : {"q", "k", "v"}) n->add_input(in);
+  n->add_output("y");
+  auto attr = [&](const char* name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  };
+  attr("q_num_heads", q_width / 16);
+  attr("kv_num_heads", kv_width / 16);
+  attr("is_causal", 1);
+  edit(*n);
+  return m;
+}
+
+TEST_CASE("ONNX Attention's 3-D form becomes tec's attention; the forms tec does not take yet are named") {
+  OnnxImport imported = import_bytes(bytes_of(attention_model(64, 32, [](::onnx::NodeProto&) {})));
+  Graph g = meta(apply_recipe(std::move(imported.graphs.at(0))));
+  const Node& attn = test::node_named(g, "attn");
+  CHECK(attn.op == "attention");
+  CHECK(attn.attrs.get_int("heads", 0) == 4);
+  CHECK(attn.attrs.get_int("kv_heads", 0) == 2);
+  CHECK(attn.attrs.get_int("head_dim", 0) == 16);
+  CHECK(attn.attrs.get_bool("causal", false));
+  CHECK(test::value_named(g, "y").proto.shape == Shape({2, 8, 64}));
+
+  // Each is one line of the frontend's list of nodes it cannot compile.
+  auto with_mask = attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_input("q"); });  // any tensor as attn_mask
+  expect_error(bytes_of(with_mask), ErrorKind::unsupported, "node 'attn' (Attention, opset 23): input 3 ('q', attn_mask): tec's attention takes Q, K and V");
+  expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_output("present_key"); })), ErrorKind::unsupported,
+               "output 1 ('present_key', present_key): tec's attention makes Y alone");
+  expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.mutable_attribute()->Clear(); })), ErrorKind::unsupported,
+               "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got 0 and 0");
+  expect_error(bytes_of(attention_model(64, 48, [](::onnx::NodeProto&) {})), ErrorKind::unsupported, "kv_heads must divide heads = 4");
 }
 
 TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {

@@ -222,6 +222,24 @@ def unusual_spelling_model(rng):
 
 # ---- running ------------------------------------------------------------------------------
 
+def attention_model(rng):
+    """A GQA self-attention block as ONNX's Attention (opset 23) spells it in its 3-D form: the
+    q/k/v projections (4 query heads, 2 kv heads of 16), causal Attention, the output
+    projection. tec maps Attention onto its attention op, which runs on the CPU reference only
+    so far (no GPU kernel), so the GPU backend skips it."""
+    h, heads, kv_heads, d = 64, 4, 2, 16
+    nodes = [helper.make_node("MatMul", ["x", "wq"], ["q"], name="q_proj"),
+             helper.make_node("MatMul", ["x", "wk"], ["k"], name="k_proj"),
+             helper.make_node("MatMul", ["x", "wv"], ["v"], name="v_proj"),
+             helper.make_node("Attention", ["q", "k", "v"], ["a"], name="attn", q_num_heads=heads, kv_num_heads=kv_heads, is_causal=1),
+             helper.make_node("MatMul", ["a", "wo"], ["y"], name="o_proj")]
+    inits = [numpy_helper.from_array(rng_array(rng, (h, heads * d), 0.15), "wq"), numpy_helper.from_array(rng_array(rng, (h, kv_heads * d), 0.15), "wk"),
+             numpy_helper.from_array(rng_array(rng, (h, kv_heads * d), 0.15), "wv"), numpy_helper.from_array(rng_array(rng, (heads * d, h), 0.15), "wo")]
+    graph = helper.make_graph(nodes, "attention", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", h])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", h])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10)
+
+
 def fp32_copy(model):
     """The model with bf16 widened to fp32: initializers, Constants, casts, inputs and outputs."""
     m = onnx.ModelProto()
@@ -303,7 +321,7 @@ def check(case, recipe, args, work, seed):
         assert got.shape == ref.shape, f"{name}: output {o.name} shape {got.shape} vs {ref.shape}"
         worst = max(worst, float(np.linalg.norm(got - ref) / np.linalg.norm(ref)))
     row["rel"] = worst
-    row["bound"] = bound_of(recipe, row["dtype"])
+    row["bound"] = case.get("fp8_bound", bound_of(recipe, row["dtype"])) if recipe in QUANTIZED else bound_of(recipe, row["dtype"])
     row["ok"] = worst <= row["bound"] and (args.backend != "gpu" or (row["gpu_code"] and row["verify"] == "PASS"))
     return row
 
@@ -333,7 +351,8 @@ def built_cases(work):
               ("qdq_block_activation", lambda: qdq_block_activation_model(rng), "fp8-block", ("fp8-block",)),
               ("gemm_trans_b", lambda: gemm_trans_b_model(rng), None, ("bf16", "fp8-current")),
               ("unusual_spelling", lambda: unusual_spelling_model(rng), None, ("bf16", "fp8-current", "fp8-delayed")),
-              ("symbolic_dims", lambda: symbolic_dims_model(rng), None, ("bf16",) + QUANTIZED)]
+              ("symbolic_dims", lambda: symbolic_dims_model(rng), None, ("bf16",) + QUANTIZED),
+              ("attention_gqa", lambda: attention_model(rng), None, ("bf16", "fp8-current", "fp8-block"))]
     for name, build, default, recipes in builds:
         model = build()
         onnx.checker.check_model(model)
@@ -342,6 +361,11 @@ def built_cases(work):
         case = {"name": name, "path": path, "default_recipe": default, "recipes": recipes}
         if name == "symbolic_dims":
             case.update(dims={"batch": 4, "seq": 64}, extra=["--shape", "batch=4", "--shape", "seq=64"])
+        if name == "attention_gqa":
+            # The scores multiply two FP8 GEMM outputs (q and k), each with its own E4M3 error, and
+            # the softmax turns score errors into weight errors: measured 0.065 - 0.080 under the
+            # FP8 recipes (0.27 nvfp4) against 0.08 for an MLP, so the FP8 bound is 0.12 here.
+            case.update(extra=["--shape", "batch=2", "--shape", "seq=16"], gpu="attention has no GPU kernel yet (issue 25)", fp8_bound=0.12)
         cases.append(case)
     return cases
 
@@ -399,13 +423,18 @@ def main():
         cases += built_cases(work)
         if args.only:
             cases = [c for c in cases if args.only in c["name"]]
+        if args.backend == "gpu":
+            for c in cases:
+                if "gpu" in c:
+                    print(f"SKIPPED on the GPU: {c['name']}: {c['gpu']}")
+            cases = [c for c in cases if "gpu" not in c]
         jobs = [(c, r) for c in cases for r in c["recipes"]]
         # A few at a time on the GPU: the runs check values, not timings.
         workers = min(4, args.jobs) if args.backend == "gpu" else max(1, args.jobs)
         with concurrent.futures.ThreadPoolExecutor(workers) as pool:
             rows = list(pool.map(lambda j: check(j[0], j[1], args, work, seed=zlib.crc32(j[0]["name"].encode())), jobs))
     for r in rows:
-        rel = f"rel {r['rel']:.2e} (bound {r['bound']:.0e})" if "rel" in r else r.get("error", "")
+        rel = f"rel {r['rel']:.2e} (bound {r['bound']:.2g})" if "rel" in r else r.get("error", "")
         extra = ""
         if args.backend == "gpu":
             extra = f" gpu={'yes' if r.get('gpu_code') else 'NO: ' + r.get('gpu_reason', '')} verify={r.get('verify', '-')}"

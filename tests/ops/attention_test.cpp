@@ -161,6 +161,24 @@ TEST_CASE("attention with GQA: query heads h and h' of one kv head, given the sa
     }
 }
 
+TEST_CASE("cross-attention: causal is aligned at the top left, and v's heads may be wider than q's and k's") {
+  // 3 queries, 5 keys; v_head_dim 6. Causal query i sees keys 0..i: query 0 returns v's row 0.
+  Attributes attrs = attention_attributes(1, 1, true);
+  attrs.values["v_head_dim"] = int64_t{6};
+  const HostTensor q = random_tensor(Shape{1, 3, 4}, 13), k = random_tensor(Shape{1, 5, 4}, 14), v = random_tensor(Shape{1, 5, 6}, 15);
+  const std::vector<HostTensor> out = attention(attrs, q, k, v);
+  REQUIRE(out[0].shape == Shape({1, 3, 6}));
+  for (int64_t d = 0; d < 6; ++d) CHECK(out[0].values[static_cast<size_t>(d)] == v.values[static_cast<size_t>(d)]);
+  // Keys past the last query's position never matter under causal: changing them changes nothing.
+  HostTensor k2 = k, v2 = v;
+  for (size_t i = 3 * 4; i < k2.values.size(); ++i) k2.values[i] += 1.0f;
+  for (size_t i = 3 * 6; i < v2.values.size(); ++i) v2.values[i] -= 1.0f;
+  CHECK(attention(attrs, q, k2, v2).at(0).values == out[0].values);
+  // Without causal they all do.
+  attrs.values["causal"] = false;
+  CHECK(attention(attrs, q, k2, v2).at(0).values != attention(attrs, q, k, v).at(0).values);
+}
+
 TEST_CASE("attention under sbhd gives bshd's values transposed, bit for bit") {
   const int64_t batch = 2, seq = 3, width = 8;
   auto transposed = [&](const HostTensor& t) {
@@ -183,7 +201,8 @@ TEST_CASE("attention refuses inputs and attributes it cannot apply, naming the n
   const std::vector<Case> cases = {
       {"[2, 8, 64]", "[2, 8, 32]", R"({"heads": 4, "kv_heads": 3, "head_dim": 16})", "kv_heads must divide heads = 4"},
       {"[2, 8, 64]", "[2, 8, 32]", R"({"heads": 4, "head_dim": 16})", "input 'k' (k) has last dim 32, expected kv_heads x head_dim = 64"},
-      {"[2, 8, 64]", "[2, 4, 64]", R"({"heads": 4, "head_dim": 16})", "self-attention needs the same batch and sequence"},
+      {"[2, 8, 64]", "[3, 8, 64]", R"({"heads": 4, "head_dim": 16})", "input 'k' (k) is [3, 8, 64], but q is [2, 8, 64]: the batch differs"},
+      {"[2, 8, 64]", "[2, 8, 64]", R"({"heads": 4, "head_dim": 16, "v_head_dim": 8})", "input 'v' (v) has last dim 64, expected kv_heads x v_head_dim = 32"},
       {"[16, 64]", "[16, 64]", R"({"heads": 4, "head_dim": 16})", "input 'q' (q) must be 3-D [B, S, heads x head_dim], got [16, 64]"},
       {"[2, 8, 64]", "[2, 8, 64]", R"({"heads": 4, "head_dim": 16, "scale": -1})", "scale must be a positive finite number"},
   };

@@ -165,6 +165,21 @@ TEST_CASE("attention's backward matches fp64 central differences: MHA, GQA and M
   }
 }
 
+TEST_CASE("cross-attention's backward matches fp64: 8 queries over 12 keys, v heads wider than q's, causal or not (bf16)") {
+  for (const std::string causal : {"false", "true"}) {
+    CAPTURE(causal);
+    check_bf16_gradients("cross_attention.json", R"({"name": "cross", "dims": {"T": [8]}, "dtype": "bf16", "weights": {"init": "random", "seed": 5},
+        "inputs": [{"name": "x", "shape": [2, "T", 64]}, {"name": "memory", "shape": [2, 12, 32]}],
+        "ops": [{"name": "q", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 64, "out_features": 64, "bias": false}},
+                {"name": "k", "op": "linear", "inputs": ["memory"], "attrs": {"in_features": 32, "out_features": 32, "bias": false}},
+                {"name": "v", "op": "linear", "inputs": ["memory"], "attrs": {"in_features": 32, "out_features": 48, "bias": false}},
+                {"name": "att", "op": "attention", "inputs": ["q", "k", "v"],
+                 "attrs": {"heads": 4, "kv_heads": 2, "head_dim": 16, "v_head_dim": 24, "causal": )" + causal + R"(}},
+                {"name": "o", "op": "linear", "inputs": ["att"], "attrs": {"in_features": 96, "out_features": 64, "bias": false}}],
+        "outputs": ["o"]})");
+  }
+}
+
 TEST_CASE("attention with a padding mask: gradients match fp64, and padded rows and keys neither give nor take any") {
   for (const bool causal : {false, true}) {
     CAPTURE(causal);

@@ -53,6 +53,9 @@ const std::vector<OnnxOpClaim> kClaims = {
                                     "only; or part of a norm pattern)"},
     {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops"},
     {"RMSNormalization", 23, 2, 2, {1}, "Scale constant"},
+    {"Attention", 23, 3, 7, {}, "3-D Q, K, V [batch, seq, heads x head_size] with q_num_heads and kv_num_heads (MHA, GQA, MQA; "
+                           "self or cross; V's head size may differ), is_causal, scale. Not yet: 4-D inputs, attn_mask, past "
+                           "key/value, nonpad_kv_seqlen, softcap, windows, the extra outputs. CPU reference only so far"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -222,7 +225,7 @@ class Importer {
     static const std::set<std::string> same = {"Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Neg", "Pow",
                                                "ReduceMean", "LayerNormalization", "RMSNormalization", "Transpose",
                                                "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "MatMul", "Gemm",
-                                               "Add", "Sub", "Mul", "Div", "Gather", "Concat"};
+                                               "Add", "Sub", "Mul", "Div", "Gather", "Concat", "Attention"};
     std::map<std::string, int32_t> type;
     for (const auto& in : m_.inputs) type[in.name] = in.elem_type;
     for (const auto& [name, t] : m_.initializers) type[name] = t.elem_type;
@@ -456,7 +459,7 @@ class Importer {
       if (in.has_shape) ranks_[in.name] = static_cast<int64_t>(in.dims.size());
     static const std::set<std::string> same = {"Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Neg",
                                                "LayerNormalization", "RMSNormalization", "Transpose", "Cast", "Identity",
-                                               "QuantizeLinear", "DequantizeLinear"};
+                                               "QuantizeLinear", "DequantizeLinear", "Attention"};
     static const std::set<std::string> broadcast = {"Add", "Sub", "Mul", "Div", "Pow", "MatMul"};
     for (int i : order_) {
       const onnx::Node& n = node(i);
@@ -1406,6 +1409,50 @@ class Importer {
     e.runtime[out] = emit(e, n, "binary", {operand(e, a_name, dtype, n), operand(e, b_name, dtype, n)}, fn_attr(fn), {}, out);
   }
 
+  // ONNX Attention (opset 23) in its 3-D form, [batch, seq, heads x head_dim] with the head
+  // counts as attributes: tec's attention, whose GQA maps query head h to kv head
+  // h / (q_num_heads / kv_num_heads) as ONNX's does.
+  void emit_attention(Env& e, const onnx::Node& n) {
+    const ErrorContext ctx = node_ctx(n);
+    static const char* const kOptionalInputs[] = {"attn_mask", "past_key", "past_value", "nonpad_kv_seqlen"};
+    for (size_t i = 3; i < n.inputs.size(); ++i)
+      TEC_UNSUPPORTED_CHECK(n.inputs[i].empty(), ctx)
+          << "input " << i << " ('" << n.inputs[i] << "', " << kOptionalInputs[i - 3]
+          << "): tec's attention takes Q, K and V, with is_causal for the causal mask";
+    static const char* const kExtraOutputs[] = {"present_key", "present_value", "qk_matmul_output"};
+    for (size_t i = 1; i < n.outputs.size(); ++i)
+      TEC_UNSUPPORTED_CHECK(n.outputs[i].empty(), ctx) << "output " << i << " ('" << n.outputs[i] << "', " << kExtraOutputs[i - 1]
+                                                       << "): tec's attention makes Y alone";
+    // Attributes a later opset adds (opset 25's sliding windows) change the result: refused
+    // unless tec knows them.
+    static const std::set<std::string> kKnown = {"is_causal", "kv_num_heads", "q_num_heads", "qk_matmul_output_mode",
+                                                 "scale",     "softcap",      "softmax_precision"};
+    for (const auto& [name, value] : n.attrs) TEC_UNSUPPORTED_CHECK(kKnown.count(name) != 0, ctx) << "attribute " << name;
+    TEC_UNSUPPORTED_CHECK(attr_float(n, "softcap", 0.0f) == 0.0f, ctx) << "softcap " << attr_float(n, "softcap", 0.0f);
+    TEC_UNSUPPORTED_CHECK(attr_int(n, "qk_matmul_output_mode", 0) == 0, ctx)
+        << "qk_matmul_output_mode " << attr_int(n, "qk_matmul_output_mode", 0);
+    const ValueId q = runtime(e, n.inputs[0], n), k = runtime(e, n.inputs[1], n), v = runtime(e, n.inputs[2], n);
+    const Shape& q_shape = e.g.value(q).proto.shape;
+    TEC_UNSUPPORTED_CHECK(q_shape.rank() == 3, ctx)
+        << "Q is " << q_shape.str() << "; tec takes the 3-D form [batch, seq, heads x head_dim] with q_num_heads and kv_num_heads, "
+        << "not yet the 4-D [batch, heads, seq, head_dim]";
+    const int64_t heads = attr_int(n, "q_num_heads", 0), kv_heads = attr_int(n, "kv_num_heads", 0);
+    TEC_USER_CHECK(heads >= 1 && kv_heads >= 1, ctx)
+        << "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got " << heads << " and " << kv_heads;
+    const Shape& v_shape = e.g.value(v).proto.shape;
+    TEC_USER_CHECK(q_shape[2] % heads == 0, ctx) << "Q's last dim " << q_shape[2] << " is not a multiple of q_num_heads " << heads;
+    TEC_USER_CHECK(v_shape.rank() == 3 && v_shape[2] % kv_heads == 0, ctx)
+        << "V is " << v_shape.str() << "; its last dim must be a multiple of kv_num_heads " << kv_heads;
+    Attributes a;
+    a.values["heads"] = heads;
+    a.values["kv_heads"] = kv_heads;
+    a.values["head_dim"] = q_shape[2] / heads;
+    a.values["v_head_dim"] = v_shape[2] / kv_heads;
+    a.values["causal"] = attr_int(n, "is_causal", 0) != 0;
+    a.values["scale"] = static_cast<double>(attr_float(n, "scale", 0.0f));  // 0: 1 / sqrt(head_dim), ONNX's default too
+    e.runtime[n.outputs[0]] = emit(e, n, "attention", {q, k, v}, a, {}, n.outputs[0]);
+  }
+
   // One ONNX node that no pattern took.
   void emit_node(Env& e, const onnx::Node& n) {
     const std::string& op = n.op_type;
@@ -1445,6 +1492,7 @@ class Importer {
       return;
     }
     if (op == "Gemm") return emit_gemm(e, n);
+    if (op == "Attention") return emit_attention(e, n);
     if (op == "LayerNormalization" || op == "RMSNormalization") return emit_norm(e, n, op == "LayerNormalization");
     if (op == "ReduceMean") {
       std::vector<int64_t> axes;
