@@ -267,6 +267,10 @@ TEST_CASE("ONNX Attention's 3-D form becomes tec's attention; the forms tec does
   expect_error(bytes_of(with_mask), ErrorKind::unsupported, "node 'attn' (Attention, opset 23): input 3 ('q', attn_mask): tec's attention takes Q, K and V");
   expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_output("present_key"); })), ErrorKind::unsupported,
                "output 1 ('present_key', present_key): tec's attention makes Y alone");
+  auto fifth_output = attention_model(64, 32, [](::onnx::NodeProto& n) {
+    for (const char* out : {"", "", "", "extra"}) n.add_output(out);  // past the spec's four outputs
+  });
+  expect_error(bytes_of(fifth_output), ErrorKind::unsupported, "output 4 ('extra', past the spec's four)");
   expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.mutable_attribute()->Clear(); })), ErrorKind::unsupported,
                "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got 0 and 0");
   expect_error(bytes_of(attention_model(64, 48, [](::onnx::NodeProto&) {})), ErrorKind::unsupported, "kv_heads must divide heads = 4");

@@ -1420,8 +1420,10 @@ class Importer {
           << "input " << i << " ('" << n.inputs[i] << "', " << kOptionalInputs[i - 3]
           << "): tec's attention takes Q, K and V, with is_causal for the causal mask";
     static const char* const kExtraOutputs[] = {"present_key", "present_value", "qk_matmul_output"};
+    TEC_USER_CHECK(!n.outputs.empty() && !n.outputs[0].empty(), ctx) << "Attention has no output Y";
     for (size_t i = 1; i < n.outputs.size(); ++i)
-      TEC_UNSUPPORTED_CHECK(n.outputs[i].empty(), ctx) << "output " << i << " ('" << n.outputs[i] << "', " << kExtraOutputs[i - 1]
+      TEC_UNSUPPORTED_CHECK(n.outputs[i].empty(), ctx) << "output " << i << " ('" << n.outputs[i] << "', "
+                                                       << (i <= 3 ? kExtraOutputs[i - 1] : "past the spec's four")
                                                        << "): tec's attention makes Y alone";
     // Attributes a later opset adds (opset 25's sliding windows) change the result: refused
     // unless tec knows them.
