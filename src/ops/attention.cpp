@@ -106,9 +106,12 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 // [S, B, ...] under layout sbhd). S_kv may differ from S (cross-attention). kv_heads divides
 // heads: query head h reads kv head h / (heads / kv_heads) (GQA; MQA at kv_heads = 1). causal
 // masks the keys after the query's own position, aligned at the top left (query i sees keys
-// j <= i), as ONNX's Attention and cuDNN's default. An optional fourth input, seq_lens (int32
-// [B], cuDNN's padding mask; self-attention only), gives each sequence's valid length: keys
-// past it are masked, and query rows past it give zeros and get no gradient. As flash
+// j <= i), as ONNX's Attention and cuDNN's default. An optional fourth input is, by the
+// attribute `mask`, either seq_lens (padding; int32 [B], cuDNN's padding mask; self-attention
+// only), each sequence's valid length: keys past it are masked, and query rows past it give
+// zeros and get no gradient; or an additive mask (additive; float, broadcast to [B, heads, S,
+// S_kv] from [S, S_kv], [heads|1, S, S_kv] or [B|1, heads|1, S, S_kv]; cuDNN's bias, ONNX's
+// float attn_mask, Hugging Face's 4-D mask), added to the scaled scores; it gets no gradient. As flash
 // attention, a train plan saves the softmax's log-sum-exp per query row and head ([B, heads, S]
 // fp32) besides q, k, v (and seq_lens); the backward makes o again from them. The reference
 // sums in fp64, so against an fp64 computation it differs by the rounding of its inputs and
@@ -116,7 +119,7 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 
 struct AttentionConfig {
   int64_t heads, kv_heads, head_dim, v_head_dim;
-  bool causal, sbhd;
+  bool causal, sbhd, additive_mask;
   double scale;
   explicit AttentionConfig(const Attributes& a)
       : heads(a.get_int("heads", 0)),
@@ -125,6 +128,7 @@ struct AttentionConfig {
         v_head_dim(a.get_int("v_head_dim", 0) == 0 ? a.get_int("head_dim", 0) : a.get_int("v_head_dim", 0)),
         causal(a.get_bool("causal", false)),
         sbhd(a.get_string("layout", "bshd") == "sbhd"),
+        additive_mask(a.get_string("mask", "padding") == "additive"),
         scale(a.get_float("scale", 0.0) == 0.0 ? 1.0 / std::sqrt(static_cast<double>(a.get_int("head_dim", 1)))
                                                : a.get_float("scale", 0.0)) {}
   int64_t batch_of(const Shape& t) const { return sbhd ? t[1] : t[0]; }
@@ -161,7 +165,23 @@ InferResult infer_attention(const InferContext& ctx) {
   }
   TEC_USER_CHECK(c.seq_of(ctx.inputs[2].shape) == c.seq_of(k.shape), ctx.error)
       << "k is " << k.shape.str() << " and v " << ctx.inputs[2].shape.str() << ": a key and its value need the same sequence";
-  const bool padded = ctx.inputs.size() == 4;
+  const bool padded = ctx.inputs.size() == 4 && !c.additive_mask;
+  if (ctx.inputs.size() == 4 && c.additive_mask) {
+    // Broadcast to [B, heads, S, S_kv]: the trailing two dims exact, each leading one 1 or full.
+    const TensorProto& mask = ctx.inputs[3];
+    const Shape& m = mask.shape;
+    const std::string& name = ctx.graph.value(ctx.node.inputs[3]).name;
+    const int64_t full[4] = {c.batch_of(q.shape), c.heads, c.seq_of(q.shape), c.seq_of(k.shape)};
+    bool fits = m.rank() >= 2 && m.rank() <= 4;
+    for (size_t d = 0; fits && d < m.rank(); ++d) {
+      const int64_t want = full[4 - m.rank() + d];
+      fits = m[d] == want || (d + 2 < m.rank() && m[d] == 1);
+    }
+    TEC_USER_CHECK(fits && !mask.is_quantized() && mask.dtype != DType::int32, ctx.error)
+        << "input '" << name << "' (the additive mask) must be float and broadcast to [B, heads, S, S_kv] = [" << full[0] << ", "
+        << full[1] << ", " << full[2] << ", " << full[3] << "] from [S, S_kv], [heads or 1, S, S_kv] or [B or 1, heads or 1, S, "
+        << "S_kv], got " << to_string(mask.dtype) << " " << m.str();
+  }
   if (padded) {
     const TensorProto& lens = ctx.inputs[3];
     TEC_USER_CHECK(lens.dtype == DType::int32 && !lens.is_quantized() && lens.shape == Shape{c.batch_of(q.shape)}, ctx.error)
@@ -176,7 +196,7 @@ InferResult infer_attention(const InferContext& ctx) {
   out.dims[2] = checked_mul(c.heads, c.v_head_dim);
   result.outputs.push_back(TensorProto::dense(out, q.dtype));
   for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
-  if (padded) result.saved.push_back(save_input(ctx, 3, "seq_lens"));
+  if (ctx.inputs.size() == 4) result.saved.push_back(save_input(ctx, 3, c.additive_mask ? "mask" : "seq_lens"));
   result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{c.batch_of(q.shape), c.heads, c.seq_of(q.shape)}, DType::fp32), -1});
   return result;
 }
@@ -184,7 +204,7 @@ InferResult infer_attention(const InferContext& ctx) {
 BackwardResult infer_attention_backward(const BackwardContext& ctx) {
   BackwardResult result;
   result.grad_inputs = grads_like_inputs(ctx);
-  if (result.grad_inputs.size() == 4) result.grad_inputs[3] = std::nullopt;  // seq_lens: a mask
+  if (result.grad_inputs.size() == 4) result.grad_inputs[3] = std::nullopt;  // seq_lens or the additive mask: no gradient
   result.reads = read_all_saved(ctx);
   return result;
 }
@@ -208,14 +228,32 @@ struct AttentionViews {
   HeadView q, k, v, o;
   int64_t group;  // query heads per kv head
   std::vector<int64_t> lengths;
+  // The additive mask, broadcast: element (b, h, i, j) is at b * mask_strides[0] + ... (0
+  // along a broadcast dim).
+  const HostTensor* mask = nullptr;
+  int64_t mask_strides[4] = {0, 0, 0, 0};
+  double mask_at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (!mask) return 0.0;
+    return mask->values[static_cast<size_t>(b * mask_strides[0] + h * mask_strides[1] + i * mask_strides[2] + j * mask_strides[3])];
+  }
 };
 
-AttentionViews views_of(const AttentionConfig& c, const HostTensor& q, const HostTensor& k, const HostTensor* seq_lens) {
+AttentionViews views_of(const AttentionConfig& c, const HostTensor& q, const HostTensor& k, const HostTensor* seq_lens,
+                        const HostTensor* mask = nullptr) {
   Shape o = q.shape;
   o.dims[2] = c.heads * c.v_head_dim;
   AttentionViews views{HeadView(c, q.shape, c.heads, c.head_dim), HeadView(c, k.shape, c.kv_heads, c.head_dim),
                        HeadView(c, k.shape, c.kv_heads, c.v_head_dim), HeadView(c, o, c.heads, c.v_head_dim), c.heads / c.kv_heads,
                        std::vector<int64_t>(static_cast<size_t>(c.batch_of(q.shape)), c.seq_of(k.shape))};
+  if (mask) {
+    views.mask = mask;
+    const Shape& m = mask->shape;
+    int64_t stride = 1;
+    for (size_t d = m.rank(); d-- > 0;) {
+      views.mask_strides[4 - m.rank() + d] = m[d] == 1 && d + 2 < m.rank() ? 0 : stride;
+      stride *= m[d];
+    }
+  }
   if (!seq_lens) return views;
   for (size_t b = 0; b < views.lengths.size(); ++b) {
     const float v = seq_lens->values.at(b);
@@ -232,8 +270,9 @@ bool row_attends(const AttentionViews& v, const HostTensor* seq_lens, int64_t b,
 }
 
 // scale q_i . k_j for the keys query i sees (j < the valid length, and j <= i when causal), in fp64.
-void scores_of(const AttentionConfig& c, const AttentionViews& views, const float* qi, const HostTensor& k, int64_t b, int64_t kvh,
+void scores_of(const AttentionConfig& c, const AttentionViews& views, const float* qi, const HostTensor& k, int64_t b, int64_t h,
                int64_t i, std::vector<double>& scores) {
+  const int64_t kvh = h / views.group;
   const int64_t length = views.lengths[static_cast<size_t>(b)];
   const int64_t keys = c.causal ? std::min(i + 1, length) : length;
   scores.resize(static_cast<size_t>(std::max<int64_t>(keys, 0)));
@@ -241,7 +280,7 @@ void scores_of(const AttentionConfig& c, const AttentionViews& views, const floa
     const float* kj = &k.values[views.k.at(b, j, kvh)];
     double dot = 0.0;
     for (int64_t d = 0; d < c.head_dim; ++d) dot += static_cast<double>(qi[d]) * kj[d];
-    scores[static_cast<size_t>(j)] = c.scale * dot;
+    scores[static_cast<size_t>(j)] = c.scale * dot + views.mask_at(b, h, i, j);
   }
 }
 
@@ -257,8 +296,9 @@ double log_sum_exp(const std::vector<double>& scores) {
 std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2];
-  const HostTensor* seq_lens = in.size() > 3 && !in[3].values.empty() ? &in[3] : nullptr;
-  const AttentionViews views = views_of(c, q, k, seq_lens);
+  const HostTensor* fourth = in.size() > 3 && !in[3].values.empty() ? &in[3] : nullptr;
+  const HostTensor* seq_lens = c.additive_mask ? nullptr : fourth;
+  const AttentionViews views = views_of(c, q, k, seq_lens, c.additive_mask ? fourth : nullptr);
   const int64_t batch = views.q.batch, seq = views.q.seq;
   Shape out_shape = q.shape;
   out_shape.dims[2] = c.heads * c.v_head_dim;
@@ -268,7 +308,7 @@ std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::
     const int64_t b = index / (c.heads * seq), h = index / seq % c.heads, i = index % seq, kvh = h / views.group;
     if (!row_attends(views, seq_lens, b, i)) return;  // a padded row: zeros (o starts so), lse 0
     std::vector<double> scores;
-    scores_of(c, views, &q.values[views.q.at(b, i, h)], k, b, kvh, i, scores);
+    scores_of(c, views, &q.values[views.q.at(b, i, h)], k, b, h, i, scores);
     if (scores.empty()) return;  // no key to attend (an empty sequence): zeros
     const double row_lse = log_sum_exp(scores);
     std::vector<double> out(static_cast<size_t>(c.v_head_dim), 0.0);
@@ -288,10 +328,10 @@ std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::
 // over the query heads it serves. In fp64; o is made again from P and v.
 std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
-  const bool padded = in.size() == 6;
-  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[padded ? 4 : 3], &dout = in[padded ? 5 : 4];
-  const HostTensor* seq_lens = padded ? &in[3] : nullptr;
-  const AttentionViews views = views_of(c, q, k, seq_lens);
+  const bool fourth = in.size() == 6;  // seq_lens or the additive mask
+  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[fourth ? 4 : 3], &dout = in[fourth ? 5 : 4];
+  const HostTensor* seq_lens = fourth && !c.additive_mask ? &in[3] : nullptr;
+  const AttentionViews views = views_of(c, q, k, seq_lens, fourth && c.additive_mask ? &in[3] : nullptr);
   const int64_t seq = views.q.seq;
   HostTensor dq{q.shape, std::vector<float>(q.values.size())};
   std::vector<double> dk(k.values.size(), 0.0), dv(v.values.size(), 0.0);
@@ -304,7 +344,7 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
         if (!row_attends(views, seq_lens, b, i)) continue;  // padded rows: no gradient (dq stays 0)
         const float* qi = &q.values[views.q.at(b, i, h)];
         const float* doi = &dout.values[views.o.at(b, i, h)];
-        scores_of(c, views, qi, k, b, kvh, i, scores);
+        scores_of(c, views, qi, k, b, h, i, scores);
         const double row_lse = lse.values[static_cast<size_t>((b * c.heads + h) * seq + i)];
         p.resize(scores.size());
         std::fill(o.begin(), o.end(), 0.0);
@@ -336,7 +376,7 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
     return HostTensor{shape, std::vector<float>(values.begin(), values.end())};
   };
   std::vector<HostTensor> grads{std::move(dq), as_float(k.shape, dk), as_float(v.shape, dv)};
-  if (padded) grads.emplace_back();  // seq_lens: no gradient
+  if (fourth) grads.emplace_back();  // seq_lens or the mask: no gradient
   return grads;
 }
 
@@ -367,8 +407,8 @@ void register_attention_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "attention",
-      .summary = "scaled dot-product attention of q, k, v (MHA, GQA, MQA; self or cross; causal or not; a padding mask as the "
-                 "optional int32 input seq_lens [B]; CPU reference only so far)",
+      .summary = "scaled dot-product attention of q, k, v (MHA, GQA, MQA; self or cross; causal or not; an optional fourth input: "
+                 "a padding mask as int32 seq_lens [B], or an additive mask; CPU reference only so far)",
       .min_inputs = 3,
       .max_inputs = 4,
       .attrs =
@@ -381,6 +421,9 @@ void register_attention_ops(OpRegistry& registry) {
               {"scale", AttrType::float_, AttrValue{0.0}, {}, "the softmax scale (0: 1 / sqrt(head_dim))"},
               {"layout", AttrType::string_, AttrValue{std::string("bshd")}, {"bshd", "sbhd"},
                "bshd: inputs [batch, sequence, heads x head_dim]; sbhd: [sequence, batch, heads x head_dim]"},
+              {"mask", AttrType::string_, AttrValue{std::string("padding")}, {"padding", "additive"},
+               "what the optional fourth input is: padding, int32 seq_lens [B]; additive, a float mask added to the scaled "
+               "scores, broadcast to [B, heads, S, S_kv]"},
           },
       .check_attributes = check_attention_attributes,
       .infer = infer_attention,

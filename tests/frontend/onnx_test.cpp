@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 #include <onnx/onnx_pb.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -263,8 +264,15 @@ TEST_CASE("ONNX Attention's 3-D form becomes tec's attention; the forms tec does
   CHECK(test::value_named(g, "y").proto.shape == Shape({2, 8, 64}));
 
   // Each is one line of the frontend's list of nodes it cannot compile.
-  auto with_mask = attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_input("q"); });  // any tensor as attn_mask
-  expect_error(bytes_of(with_mask), ErrorKind::unsupported, "node 'attn' (Attention, opset 23): input 3 ('q', attn_mask): tec's attention takes Q, K and V");
+  auto with_mask = attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_input("q"); });  // q [2, 8, 64] as attn_mask
+  expect_error(bytes_of(with_mask), ErrorKind::unsupported,
+               "node 'attn' (Attention, opset 23): input 'q' (the additive mask) must be float and broadcast to [B, heads, S, S_kv] = "
+               "[2, 4, 8, 8]");
+  auto with_cache = attention_model(64, 32, [](::onnx::NodeProto& n) {
+    n.add_input("");
+    n.add_input("k");  // past_key
+  });
+  expect_error(bytes_of(with_cache), ErrorKind::unsupported, "input 4 ('k', past_key): tec's attention takes Q, K, V and a float attn_mask");
   expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.add_output("present_key"); })), ErrorKind::unsupported,
                "output 1 ('present_key', present_key): tec's attention makes Y alone");
   auto fifth_output = attention_model(64, 32, [](::onnx::NodeProto& n) {
@@ -274,6 +282,38 @@ TEST_CASE("ONNX Attention's 3-D form becomes tec's attention; the forms tec does
   expect_error(bytes_of(attention_model(64, 32, [](::onnx::NodeProto& n) { n.mutable_attribute()->Clear(); })), ErrorKind::unsupported,
                "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got 0 and 0");
   expect_error(bytes_of(attention_model(64, 48, [](::onnx::NodeProto&) {})), ErrorKind::unsupported, "kv_heads must divide heads = 4");
+}
+
+TEST_CASE("ONNX Attention's 4-D form: transposed to tec's [batch, seq, heads x head_dim] and back, heads from the shapes") {
+  auto four_d = attention_model(64, 32, [](::onnx::NodeProto& n) { n.mutable_attribute()->Clear(); });
+  auto* g = four_d.mutable_graph();
+  auto set_dims = [](::onnx::ValueInfoProto* v, std::vector<int64_t> dims) {
+    auto* shape = v->mutable_type()->mutable_tensor_type()->mutable_shape();
+    shape->clear_dim();
+    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
+  };
+  set_dims(g->mutable_input(0), {2, 4, 8, 16});  // q: 4 heads of 16
+  set_dims(g->mutable_input(1), {2, 2, 8, 16});  // k, v: 2 kv heads
+  set_dims(g->mutable_input(2), {2, 2, 8, 16});
+  set_dims(g->mutable_output(0), {2, 4, 8, 16});
+  OnnxImport imported = import_bytes(bytes_of(four_d));
+  Graph graph = meta(apply_recipe(std::move(imported.graphs.at(0))));
+  const auto found = std::find_if(graph.nodes.begin(), graph.nodes.end(), [](const Node& n) { return n.op == "attention"; });
+  REQUIRE(found != graph.nodes.end());
+  const Node& attn = *found;
+  CHECK(attn.name.rfind("attn", 0) == 0);  // named after the ONNX node (the transposes before it took "attn")
+  CHECK(attn.op == "attention");
+  CHECK(attn.attrs.get_int("heads", 0) == 4);
+  CHECK(attn.attrs.get_int("kv_heads", 0) == 2);
+  CHECK(attn.attrs.get_int("head_dim", 0) == 16);
+  CHECK(test::value_named(graph, "y").proto.shape == Shape({2, 4, 8, 16}));
+  // Head-count attributes that contradict the shapes are the model's error.
+  auto contradicting = four_d;
+  auto* heads = contradicting.mutable_graph()->mutable_node(0)->add_attribute();
+  heads->set_name("q_num_heads");
+  heads->set_type(::onnx::AttributeProto::INT);
+  heads->set_i(8);
+  expect_error(bytes_of(contradicting), ErrorKind::unsupported, "q_num_heads 8 and kv_num_heads 0 disagree with Q [2, 4, 8, 16]");
 }
 
 TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {

@@ -224,6 +224,47 @@ TEST_CASE("attention refuses inputs and attributes it cannot apply, naming the n
     (void)builtin_ops().get("attention").reference(attention_attributes(4, 4, false), {q, q, q, HostTensor{Shape{2}, {3, 9}}});
   });
   CHECK(range.message().find("seq_lens[1] = 9: a sequence's valid length must be in [0, 8]") != std::string::npos);
+  // The additive mask: float, and broadcast to [B, heads, S, S_kv].
+  const std::string wrong_mask = R"({"inputs": [{"name": "q", "shape": [2, 8, 64]}, {"name": "m", "shape": [3, 8, 8]}],
+      "ops": [{"name": "att", "op": "attention", "inputs": ["q", "q", "q", "m"], "attrs": {"heads": 4, "head_dim": 16, "mask": "additive"}}],
+      "outputs": ["att"]})";
+  const Error mask = test::error_of([&] { (void)test::compile_text(wrong_mask); });
+  CHECK(mask.context().node == "att");
+  CHECK(mask.message().find("input 'm' (the additive mask) must be float and broadcast to [B, heads, S, S_kv] = [2, 4, 8, 8]") !=
+        std::string::npos);
+}
+
+TEST_CASE("an additive mask is added to the scaled scores: a causal mask of 0 and -inf gives causal attention, bit for bit") {
+  const int64_t heads = 2, seq = 6;
+  const HostTensor q = random_tensor(Shape{2, seq, heads * 4}, 7), k = random_tensor(Shape{2, seq, heads * 4}, 8),
+                   v = random_tensor(Shape{2, seq, heads * 4}, 9);
+  HostTensor causal_mask{Shape{seq, seq}, std::vector<float>(static_cast<size_t>(seq * seq), 0.0f)};
+  for (int64_t i = 0; i < seq; ++i)
+    for (int64_t j = i + 1; j < seq; ++j) causal_mask.values[static_cast<size_t>(i * seq + j)] = -INFINITY;
+  Attributes masked = attention_attributes(heads, heads, false);
+  masked.values["mask"] = std::string("additive");
+  const auto& def = builtin_ops().get("attention");
+  const std::vector<HostTensor> want = def.reference(attention_attributes(heads, heads, true), {q, k, v});
+  const std::vector<HostTensor> got = def.reference(masked, {q, k, v, causal_mask});
+  CHECK(got.at(0).values == want.at(0).values);
+  CHECK(got.at(1).values == want.at(1).values);
+  // A per-head, per-batch mask [B, heads, S, S_kv]: a constant c on one head's row changes
+  // nothing (softmax is shift-invariant) but its log-sum-exp, by c.
+  HostTensor shift{Shape{2, heads, seq, seq}, std::vector<float>(static_cast<size_t>(2 * heads * seq * seq), 0.0f)};
+  for (int64_t j = 0; j < seq; ++j) shift.values[static_cast<size_t>(((1 * heads + 1) * seq + 2) * seq + j)] = 3.0f;  // b 1, h 1, row 2
+  const std::vector<HostTensor> plain = def.reference(attention_attributes(heads, heads, false), {q, k, v});
+  const std::vector<HostTensor> shifted = def.reference(masked, {q, k, v, shift});
+  for (size_t i = 0; i < plain[0].values.size(); ++i) CHECK(shifted[0].values[i] == doctest::Approx(plain[0].values[i]).epsilon(1e-6));
+  const size_t row = static_cast<size_t>((1 * heads + 1) * seq + 2);
+  CHECK(shifted[1].values[row] == doctest::Approx(plain[1].values[row] + 3.0).epsilon(1e-6));
+  CHECK(shifted[1].values[row - 1] == plain[1].values[row - 1]);
+  // The backward: the same gradients as causal attention's, and none for the mask.
+  const HostTensor dout = random_tensor(Shape{2, seq, heads * 4}, 10);
+  const auto grads = def.backward_reference(masked, {q, k, v, causal_mask, want[1], dout});
+  const auto causal_grads = def.backward_reference(attention_attributes(heads, heads, true), {q, k, v, want[1], dout});
+  REQUIRE(grads.size() == 4);
+  for (int i = 0; i < 3; ++i) CHECK(grads[static_cast<size_t>(i)].values == causal_grads[static_cast<size_t>(i)].values);
+  CHECK(grads[3].values.empty());
 }
 
 }  // namespace tec

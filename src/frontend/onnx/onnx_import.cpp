@@ -1409,16 +1409,17 @@ class Importer {
     e.runtime[out] = emit(e, n, "binary", {operand(e, a_name, dtype, n), operand(e, b_name, dtype, n)}, fn_attr(fn), {}, out);
   }
 
-  // ONNX Attention (opset 23) in its 3-D form, [batch, seq, heads x head_dim] with the head
-  // counts as attributes: tec's attention, whose GQA maps query head h to kv head
-  // h / (q_num_heads / kv_num_heads) as ONNX's does.
+  // ONNX Attention (opset 23): tec's attention, whose GQA maps query head h to kv head
+  // h / (q_num_heads / kv_num_heads) as ONNX's does. The 3-D form, [batch, seq, heads x
+  // head_dim] with the head counts as attributes, maps directly; the 4-D form, [batch, heads,
+  // seq, head_dim], through transposes.
   void emit_attention(Env& e, const onnx::Node& n) {
     const ErrorContext ctx = node_ctx(n);
     static const char* const kOptionalInputs[] = {"attn_mask", "past_key", "past_value", "nonpad_kv_seqlen"};
-    for (size_t i = 3; i < n.inputs.size(); ++i)
+    for (size_t i = 4; i < n.inputs.size(); ++i)
       TEC_UNSUPPORTED_CHECK(n.inputs[i].empty(), ctx)
-          << "input " << i << " ('" << n.inputs[i] << "', " << kOptionalInputs[i - 3]
-          << "): tec's attention takes Q, K and V, with is_causal for the causal mask";
+          << "input " << i << " ('" << n.inputs[i] << "', " << (i < 7 ? kOptionalInputs[i - 3] : "past the spec's seven")
+          << "): tec's attention takes Q, K, V and a float attn_mask, with is_causal for the causal mask";
     static const char* const kExtraOutputs[] = {"present_key", "present_value", "qk_matmul_output"};
     TEC_USER_CHECK(!n.outputs.empty() && !n.outputs[0].empty(), ctx) << "Attention has no output Y";
     for (size_t i = 1; i < n.outputs.size(); ++i)
@@ -1433,12 +1434,46 @@ class Importer {
     TEC_UNSUPPORTED_CHECK(attr_float(n, "softcap", 0.0f) == 0.0f, ctx) << "softcap " << attr_float(n, "softcap", 0.0f);
     TEC_UNSUPPORTED_CHECK(attr_int(n, "qk_matmul_output_mode", 0) == 0, ctx)
         << "qk_matmul_output_mode " << attr_int(n, "qk_matmul_output_mode", 0);
-    const ValueId q = runtime(e, n.inputs[0], n), k = runtime(e, n.inputs[1], n), v = runtime(e, n.inputs[2], n);
+    ValueId q = runtime(e, n.inputs[0], n), k = runtime(e, n.inputs[1], n), v = runtime(e, n.inputs[2], n);
+    // attn_mask: a float one is added to the scaled scores (tec's additive mask); a boolean one
+    // (true: attend) is not taken yet.
+    std::optional<ValueId> mask;
+    if (n.inputs.size() > 3 && !n.inputs[3].empty()) {
+      const auto type = types_.find(n.inputs[3]);
+      const bool boolean = e.consts.count(n.inputs[3]) ? e.consts.at(n.inputs[3])->elem_type == onnx::kBool
+                                                       : type != types_.end() && type->second == onnx::kBool;
+      TEC_UNSUPPORTED_CHECK(!boolean, ctx) << "input 3 ('" << n.inputs[3]
+                                           << "', attn_mask) is boolean; tec's attention takes a float (additive) attn_mask";
+      mask = operand(e, n.inputs[3], e.g.value(q).proto.dtype, n);
+    }
+    const int64_t rank = static_cast<int64_t>(e.g.value(q).proto.shape.rank());
+    TEC_UNSUPPORTED_CHECK(rank == 3 || rank == 4, ctx) << "Q is " << e.g.value(q).proto.shape.str() << "; Attention takes 3-D or 4-D inputs";
+    for (ValueId t : {k, v})
+      TEC_USER_CHECK(static_cast<int64_t>(e.g.value(t).proto.shape.rank()) == rank, ctx)
+          << "Q is " << rank << "-D and '" << e.g.value(t).name << "' is " << e.g.value(t).proto.shape.str() << "; all three have one rank";
+    int64_t heads = attr_int(n, "q_num_heads", 0), kv_heads = attr_int(n, "kv_num_heads", 0);
+    if (rank == 4) {
+      // [batch, heads, seq, head_dim]: the heads come from the shapes (the attributes, if given,
+      // must agree), and each input becomes tec's [batch, seq, heads x head_dim] by a transpose
+      // and a reshape, the output the other way.
+      const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape, &vs = e.g.value(v).proto.shape;
+      TEC_USER_CHECK((heads == 0 || heads == qs[1]) && (kv_heads == 0 || kv_heads == ks[1]), ctx)
+          << "q_num_heads " << heads << " and kv_num_heads " << kv_heads << " disagree with Q " << qs.str() << " and K " << ks.str();
+      TEC_USER_CHECK(ks[1] == vs[1], ctx) << "K " << ks.str() << " and V " << vs.str() << " differ in their head count";
+      heads = qs[1];
+      kv_heads = ks[1];
+      auto to_bshd = [&](ValueId t, const std::string& suffix) {
+        const Shape s = e.g.value(t).proto.shape;
+        Attributes perm;
+        perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
+        const ValueId moved = emit(e, n, "transpose", {t}, perm, {}, n.outputs[0] + "." + suffix + "_bshd");
+        return reshape_to(e, n, moved, {s[0], s[2], checked_mul(s[1], s[3])}, n.outputs[0] + "." + suffix + "_3d");
+      };
+      q = to_bshd(q, "q");
+      k = to_bshd(k, "k");
+      v = to_bshd(v, "v");
+    }
     const Shape& q_shape = e.g.value(q).proto.shape;
-    TEC_UNSUPPORTED_CHECK(q_shape.rank() == 3, ctx)
-        << "Q is " << q_shape.str() << "; tec takes the 3-D form [batch, seq, heads x head_dim] with q_num_heads and kv_num_heads, "
-        << "not yet the 4-D [batch, heads, seq, head_dim]";
-    const int64_t heads = attr_int(n, "q_num_heads", 0), kv_heads = attr_int(n, "kv_num_heads", 0);
     TEC_USER_CHECK(heads >= 1 && kv_heads >= 1, ctx)
         << "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got " << heads << " and " << kv_heads;
     const Shape& v_shape = e.g.value(v).proto.shape;
@@ -1452,7 +1487,21 @@ class Importer {
     a.values["v_head_dim"] = v_shape[2] / kv_heads;
     a.values["causal"] = attr_int(n, "is_causal", 0) != 0;
     a.values["scale"] = static_cast<double>(attr_float(n, "scale", 0.0f));  // 0: 1 / sqrt(head_dim), ONNX's default too
-    e.runtime[n.outputs[0]] = emit(e, n, "attention", {q, k, v}, a, {}, n.outputs[0]);
+    std::vector<ValueId> inputs{q, k, v};
+    if (mask) {
+      inputs.push_back(*mask);
+      a.values["mask"] = std::string("additive");
+    }
+    if (rank == 3) {
+      e.runtime[n.outputs[0]] = emit(e, n, "attention", inputs, a, {}, n.outputs[0]);
+      return;
+    }
+    const ValueId y = emit(e, n, "attention", inputs, a, {}, n.outputs[0] + ".bshd");
+    const int64_t v_head_dim = v_shape[2] / kv_heads;
+    const ValueId split = reshape_to(e, n, y, {q_shape[0], q_shape[1], heads, v_head_dim}, n.outputs[0] + ".heads");
+    Attributes perm;
+    perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
+    e.runtime[n.outputs[0]] = emit(e, n, "transpose", {split}, perm, {}, n.outputs[0]);
   }
 
   // One ONNX node that no pattern took.
