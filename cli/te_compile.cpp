@@ -36,6 +36,8 @@ Examples:
                                                      # --backend cpu on the CPU reference)
   te-compile examples/mlp.json --recipe mxfp8 --shape T=2048     # sizes of every buffer for one shape
   te-compile examples/mlp.json -o mlp.teplan --shape T=16 --tune  # on a GPU: store the fastest GEMM algorithms
+  te-compile examples/mlp_tp.json --tp 2 -o mlp_tp2.teplan        # tensor parallel: one plan, every rank's
+                                                     # weight shards (te-run --backend cpu runs all ranks)
 
 Plans carry GPU code (NVRTC cubins, one per --arch) and run on any machine with that GPU; no
 GPU is needed to compile. Kernels are cached by source, options and NVRTC version; the
@@ -240,13 +242,14 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
 
 int main(int argc, char** argv) {
   CLI::App app{"te-compile: compile a TransformerEngine-style layer (ONNX model or JSON graph) into a tec plan.\n"
-               "Runs the frontend, the passes apply_recipe, meta, usage, autodiff (--mode train), fusion, schedule and memory_plan,\n"
-               "and writes a .teplan with every weight pre-quantized. Progress goes to stderr."};
+               "Runs the frontend, the passes tensor_parallel, apply_recipe, meta, usage, autodiff (--mode train), fusion,\n"
+               "schedule and memory_plan, and writes a .teplan with every weight pre-quantized. Progress goes to stderr."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-compile " TEC_VERSION_STRING);
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
   bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false, grouped_block_scales = true;
+  int64_t tp = 0;
   std::string optimizer = "none", wgrad = "accumulate";
   tec::TrainOptions train;
   app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
@@ -275,8 +278,12 @@ int main(int argc, char** argv) {
   app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay")->check(CLI::Range(0.0, 0.999999));
   app.add_option("--eps", train.eps, "train, adamw: added to sqrt(v)")->check(CLI::PositiveNumber);
   app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--tp", tp, "tensor parallel over N ranks: the tp_size of every linear the graph marks tp_mode column or "
+                             "row (TE's parallel_mode); the plan holds every rank's shard of the full weights, collectives "
+                             "where TE puts them (JSON graphs; the CPU reference runs all ranks, GPU code is planned)")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--arch", archs, "target GPU arch, e.g. sm_90 (repeatable; layouts follow the first)");
-  app.add_option("--dump-after", dump_after, "print JSON after this pass and stop: frontend | apply_recipe | meta | "
+  app.add_option("--dump-after", dump_after, "print JSON after this pass and stop: frontend | tensor_parallel | apply_recipe | meta | "
                                              "usage | autodiff | fusion | schedule | lower | memory_plan | codegen | plan")
       ->check(CLI::IsMember(tec::kPassNames));
   app.add_option("--disable-pass", disabled, "turn an optional pass off: fusion (one step per op)")
@@ -328,6 +335,7 @@ int main(int argc, char** argv) {
     options.grouped_block_scales = grouped_block_scales;
     if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
+    options.frontend.tp_size = tp;
     train.optimizer = optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
     train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
     if (mode != "train" && (optimizer != "none" || wgrad != "accumulate" || train.recompute_activations))
@@ -358,6 +366,7 @@ int main(int argc, char** argv) {
                                          {"lr", train.lr}, {"beta1", train.beta1},
                                          {"beta2", train.beta2}, {"eps", train.eps}, {"weight_decay", train.weight_decay}};
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
+    if (tp > 0) options.record.options["tp"] = tp;
     if (!grouped_block_scales) options.record.options["grouped_block_scales"] = false;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
@@ -392,9 +401,10 @@ int main(int argc, char** argv) {
     }
     if (!quiet) {
       const auto& g0 = result.profiles.at(0).graph;
-      std::fprintf(summary, "%s: %s, recipe %s, mode %s, sm_%d, %zu profile(s)\n", model.c_str(), g0.name.c_str(),
+      std::fprintf(summary, "%s: %s, recipe %s, mode %s, sm_%d, %zu profile(s)%s\n", model.c_str(), g0.name.c_str(),
                    std::string(to_string(g0.recipe.kind)).c_str(), std::string(to_string(g0.mode)).c_str(), g0.target.sm,
-                   result.profiles.size());
+                   result.profiles.size(),
+                   g0.tp.size > 1 ? (", tensor parallel over " + std::to_string(g0.tp.size) + " ranks (one rank's program and buffers below)").c_str() : "");
       for (const auto& p : result.profiles) {
         print_summary(summary, p.graph);
         if (!p.schedule.steps.empty()) print_plan_summary(summary, p);
@@ -407,7 +417,8 @@ int main(int argc, char** argv) {
                      cache_dir.empty() ? tec::codegen::default_cache_dir().c_str() : cache_dir.c_str(),
                      result.codegen.compile_milliseconds);
       if (result.plan)
-        std::fprintf(summary, "constants: %s, %s\n", human_bytes(result.profiles.at(0).memory.constant_bytes).c_str(),
+        std::fprintf(summary, "constants: %s%s, %s\n", human_bytes(result.profiles.at(0).memory.constant_bytes).c_str(),
+                     g0.tp.size > 1 ? (" per rank, " + std::to_string(g0.tp.size) + " ranks' shards in the plan").c_str() : "",
                      result.plan->constants_from_cache ? "from the cache" : "generated and pre-quantized");
       if (dump_after.empty() && output.empty()) std::fprintf(summary, "no plan written (pass -o PLAN to write one)\n");
     }

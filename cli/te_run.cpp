@@ -27,6 +27,7 @@ Examples:
   te-run mlp.teplan --profile --trace trace.json          # per-step times; a Chrome trace for Perfetto
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
+  te-run mlp_tp2.teplan --backend cpu --input x=x.npy     # every rank of a te-compile --tp 2 plan, whole x in
   te-run train.teplan --backend cpu --iterations 3 --input dy=dy.npy  # three training steps (te-compile --mode train)
   te-run train.teplan --verify-cpu --verify-steps 5       # five training steps on the GPU, each kernel step
                                                           # checked bit for bit, state carried over
@@ -68,8 +69,9 @@ void print_stats(const std::string& name, const tec::HostTensor& t) {
 }
 
 void inspect(const tec::plan::Plan& plan) {
-  std::printf("plan %s: recipe %s, mode %s, target sm_%d, arena %lld B, constants %zu B, %zu profile(s)\n", plan.name.c_str(),
+  std::printf("plan %s: recipe %s, mode %s, target sm_%d, arena %lld B, constants %zu B%s, %zu profile(s)\n", plan.name.c_str(),
               plan.recipe.c_str(), plan.mode.c_str(), plan.target.sm, static_cast<long long>(plan.arena_bytes), plan.constants.size(),
+              plan.tp_size > 1 ? (" per rank, tensor parallel over " + std::to_string(plan.tp_size) + " ranks").c_str() : "",
               plan.profiles.size());
   const auto& build = plan.manifest.at("build");
   std::printf("built by %s, model checksum %s, options %s\n", build.value("tool", "?").c_str(),
@@ -84,13 +86,18 @@ void inspect(const tec::plan::Plan& plan) {
                   static_cast<long long>(b.offset), static_cast<long long>(b.bytes), std::string(tec::to_string(b.dtype)).c_str(),
                   b.shape.str().c_str(), b.first_step, b.last_step,
                   b.device_layout.empty() ? "" : ("  device layout " + b.device_layout).c_str());
-    std::printf("\n  %-4s %-7s %-24s %-28s %s\n", "step", "kind", "name", "ops", "deps");
+    if (!p.tp_layouts.empty()) {
+      std::printf("\n  over the ranks:");
+      for (const auto& [name, layout] : p.tp_layouts) std::printf(" %s %s;", name.c_str(), std::string(tec::to_string(layout)).c_str());
+      std::printf(" (sequence: split along dim 0; feature: along the last dim)\n");
+    }
+    std::printf("\n  %-4s %-10s %-24s %-28s %s\n", "step", "kind", "name", "ops", "deps");
     for (size_t i = 0; i < p.steps.size(); ++i) {
       const auto& s = p.steps[i];
       std::string ops, deps;
       for (const auto& op : s.ops) ops += (ops.empty() ? "" : "+") + op.op;
       for (int d : s.deps) deps += (deps.empty() ? "" : ",") + std::to_string(d);
-      std::printf("  %-4zu %-7s %-24s %-28s %s\n", i, s.kind.c_str(), s.name.c_str(), ops.c_str(), deps.c_str());
+      std::printf("  %-4zu %-10s %-24s %-28s %s\n", i, s.kind.c_str(), s.name.c_str(), ops.c_str(), deps.c_str());
     }
     std::printf("\n  GEMMs (y[M,N] = x[M,K] w[N,K]^T):\n");
     for (const auto& s : p.steps)
@@ -243,28 +250,45 @@ int main(int argc, char** argv) {
     const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
     std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),
                 dims.empty() && plan.profiles.size() > 1 ? " (the first; pick another with --shape)" : "");
-    tec::reference::Session session(plan, profile);
-    session.randomize_inputs(seed);
+    // Every rank of a tensor-parallel plan, in this process; inputs and outputs are whole
+    // tensors (the one-rank plan's), split and joined by the plan's layouts.
+    if (plan.tp_size > 1)
+      std::printf("tensor parallel: %lld ranks in one process, collectives as sums and copies; inputs and outputs whole\n",
+                  static_cast<long long>(plan.tp_size));
+    tec::reference::RankGroup group(plan, profile);
+    group.randomize_inputs(seed);
     for (const auto& in : inputs) {
       auto [name, file] = split_assignment(in, "--input");
       tec::NpyArray array = tec::read_npy(file);
-      session.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
+      group.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
     }
-    for (const auto& [name, value] : runtime_scalars) session.set_scalar(name, value);
-    for (int i = 0; i < iterations; ++i) session.run();
+    for (const auto& [name, value] : runtime_scalars)
+      for (int64_t r = 0; r < group.size(); ++r) group.rank(r).set_scalar(name, value);
+    for (int i = 0; i < iterations; ++i) group.run();
     std::printf("outputs after %d run(s):\n", iterations);
     if (!save_dir.empty()) std::filesystem::create_directories(save_dir);
-    for (const auto& name : profile.outputs) {
-      const tec::HostTensor out = session.read(name);
+    auto report = [&](const std::string& name, const tec::HostTensor& out) {
       print_stats(name, out);
       if (!save_dir.empty()) tec::write_npy((std::filesystem::path(save_dir) / (name + ".npy")).string(), out.shape, out.values);
+    };
+    // Each rank's own tensors (a weight gradient's shard), named <tensor>.rank<r>.
+    auto per_rank = [&](const std::string& name, bool save) {
+      for (int64_t r = 0; r < group.size(); ++r) {
+        const std::string label = group.size() > 1 ? name + ".rank" + std::to_string(r) : name;
+        if (save) report(label, group.rank(r).read(name));
+        else print_stats(label, group.rank(r).read(name));
+      }
+    };
+    for (const auto& name : profile.outputs) {
+      if (plan.tp_size == 1 || profile.tp_layouts.count(name)) report(name, group.read(name));
+      else per_rank(name, true);
     }
     if (profile.train) {
       // A training step's state: the gradients it accumulated (or AdamW's step, which clears them).
       std::printf("train plan (optimizer %s, wgrad %s), state after %d step(s):\n", profile.optimizer.c_str(), profile.wgrad.c_str(),
                   iterations);
       for (const auto& [name, t] : profile.tensors)
-        if (t.kind == "state" && (name.ends_with(".main_grad") || name == "optimizer.step")) print_stats(name, session.read(name));
+        if (t.kind == "state" && (name.ends_with(".main_grad") || name == "optimizer.step")) per_rank(name, false);
     }
     if (!save_dir.empty()) std::printf("saved outputs to %s\n", save_dir.c_str());
     return 0;

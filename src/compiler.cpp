@@ -60,6 +60,9 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   run.step("frontend", [&] {
     std::vector<Graph> graphs;
     if (is_onnx_path(options.model_path)) {
+      TEC_UNSUPPORTED_CHECK(options.frontend.tp_size <= 1, (ErrorContext{"onnx", "", "", options.model_path}))
+          << "--tp " << options.frontend.tp_size
+          << ": an ONNX model marks no linear column- or row-parallel; tensor-parallel plans come from JSON graphs";
       OnnxImport imported = load_onnx_graphs(options.model_path, options.frontend);
       graphs = std::move(imported.graphs);
       result.onnx_nodes = std::move(imported.nodes);
@@ -69,6 +72,8 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
     for (Graph& g : graphs) result.profiles.push_back({std::move(g), {}, {}});
   });
   if (stop_after("frontend")) return result;
+  run.graph_pass("tensor_parallel", tensor_parallel);
+  if (stop_after("tensor_parallel")) return result;
   run.graph_pass("apply_recipe", apply_recipe);
   if (stop_after("apply_recipe")) return result;
   run.graph_pass("meta", meta);

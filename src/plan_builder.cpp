@@ -17,34 +17,56 @@ namespace {
 
 using json = nlohmann::json;
 
-std::vector<float> weight_values(const Value& v) {
+// Rank `rank`'s slice of a full tensor (WeightSource::Shard).
+std::vector<float> shard_of(const std::vector<float>& full, const WeightSource::Shard& shard, int64_t rank) {
+  const auto d = static_cast<size_t>(shard.dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < d; ++i) outer *= shard.full.dims[i];
+  for (size_t i = d + 1; i < shard.full.dims.size(); ++i) inner *= shard.full.dims[i];
+  const int64_t along = shard.full.dims[d], group = along / shard.groups, chunk = group / shard.parts;
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(outer * chunk * shard.groups * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t g = 0; g < shard.groups; ++g) {
+      const auto first = full.begin() + static_cast<std::ptrdiff_t>((o * along + g * group + rank * chunk) * inner);
+      out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(chunk * inner));
+    }
+  return out;
+}
+
+// A weight's values for rank `rank` of the plan: the whole tensor, or the rank's shard of it.
+std::vector<float> weight_values(const Value& v, int64_t rank) {
   const WeightSource& src = *v.weight;
-  const int64_t count = v.proto.shape.numel();
-  if (src.kind == WeightSource::Kind::random)
-    return random_weight(src.seed, src.random_name.empty() ? v.name : src.random_name, count, src.mean, src.stddev);
-  if (src.kind == WeightSource::Kind::values) {
-    TEC_INTERNAL_CHECK(src.values && static_cast<int64_t>(src.values->size()) == count, (ErrorContext{"plan", v.name, "", src.origin}))
-        << "weight values do not match the shape " << v.proto.shape.str();
-    return *src.values;
-  }
-  const SafetensorsIndex index = read_safetensors_index(src.path);
-  auto it = index.tensors.find(src.tensor);
-  TEC_USER_CHECK(it != index.tensors.end() && it->second.shape == v.proto.shape, (ErrorContext{"plan", v.name, "", src.path}))
-      << "weights file changed since it was checked: tensor '" << src.tensor << "'";
-  return read_tensor_as_float(index, it->second);
+  const int64_t count = src.shard ? src.shard->full.numel() : v.proto.shape.numel();
+  const Shape& shape = src.shard ? src.shard->full : v.proto.shape;
+  std::vector<float> values = [&] {
+    if (src.kind == WeightSource::Kind::random)
+      return random_weight(src.seed, src.random_name.empty() ? v.name : src.random_name, count, src.mean, src.stddev);
+    if (src.kind == WeightSource::Kind::values) {
+      TEC_INTERNAL_CHECK(src.values && static_cast<int64_t>(src.values->size()) == count, (ErrorContext{"plan", v.name, "", src.origin}))
+          << "weight values do not match the shape " << shape.str();
+      return *src.values;
+    }
+    const SafetensorsIndex index = read_safetensors_index(src.path);
+    auto it = index.tensors.find(src.tensor);
+    TEC_USER_CHECK(it != index.tensors.end() && it->second.shape == shape, (ErrorContext{"plan", v.name, "", src.path}))
+        << "weights file changed since it was checked: tensor '" << src.tensor << "'";
+    return read_tensor_as_float(index, it->second);
+  }();
+  return src.shard ? shard_of(values, *src.shard, rank) : values;
 }
 
 // The constants blob: each weight rounded to its dtype, then quantized as the recipe says.
 // Constant weights are cast once with the scale of their own amax (current scaling
 // semantics, also for the delayed recipe: a constant's amax never changes).
-std::vector<uint8_t> build_constants(const CompiledProfile& p) {
+std::vector<uint8_t> build_constants(const CompiledProfile& p, int64_t rank) {
   std::vector<uint8_t> blob(static_cast<size_t>(p.memory.constant_bytes), 0);
   std::map<std::string, std::map<BufferRole, const PlannedBuffer*>> by_tensor;
   for (const PlannedBuffer& b : p.memory.buffers)
     if (b.region == Region::constants) by_tensor[b.tensor][b.role] = &b;
   for (const Value& v : p.graph.values) {
     if (v.kind == ValueKind::state && v.weight) {  // a train plan's starting state, in fp32
-      std::vector<float> values = weight_values(v);
+      std::vector<float> values = weight_values(v, rank);
       reference::round_to(v.weight->rounded_to, values);
       const PlannedBuffer* b = by_tensor.at(v.name).at(BufferRole::data);
       const auto bytes = reference::encode_values(DType::fp32, values);
@@ -52,7 +74,7 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p) {
       continue;
     }
     if (v.kind != ValueKind::weight) continue;
-    std::vector<float> values = weight_values(v);
+    std::vector<float> values = weight_values(v, rank);
     reference::round_to(v.proto.dtype, values);
     const auto& buffers = by_tensor.at(v.name);
     auto span_of = [&](BufferRole role) {
@@ -94,10 +116,11 @@ std::optional<json> file_stamp(const std::filesystem::path& path) {
 // constants region, every weight's tensor description and where its values come from, and
 // the te-compile binary itself (so that a rebuilt quantizer never reads an older entry).
 // Empty when a file cannot be stamped: then nothing is cached.
-std::string constants_cache_key(const CompiledProfile& p) {
+std::string constants_cache_key(const CompiledProfile& p, int64_t rank) {
   const std::optional<json> binary = file_stamp("/proc/self/exe");
   if (!binary) return "";
-  json key{{"cache", "tec constants v1"}, {"binary", *binary}, {"sm", p.graph.target.sm}, {"bytes", p.memory.constant_bytes}};
+  json key{{"cache", "tec constants v1"}, {"binary", *binary}, {"sm", p.graph.target.sm}, {"bytes", p.memory.constant_bytes},
+           {"rank", rank}};
   for (const PlannedBuffer& b : p.memory.buffers)
     if (b.region == Region::constants)
       key["buffers"].push_back({b.name, b.tensor, to_string(b.role), to_string(b.dtype), b.shape.dims, b.offset, b.bytes});
@@ -123,6 +146,7 @@ std::string constants_cache_key(const CompiledProfile& p) {
       source.push_back(checksum64(std::span(reinterpret_cast<const uint8_t*>(scales.data()), scales.size() * sizeof(float))));
     }
     source.push_back(to_string(src.rounded_to));
+    if (src.shard) source.push_back({src.shard->full.dims, src.shard->dim, src.shard->parts, src.shard->groups});
     key["weights"].push_back({v.name, to_string(v.proto.dtype), v.proto.shape.dims,
                               v.proto.quantizer ? quantizer_to_json(*v.proto.quantizer) : json(), v.proto.usage.rowwise,
                               v.proto.usage.columnwise, source});
@@ -264,6 +288,8 @@ json profile_manifest(const CompiledProfile& p) {
   for (ValueId id : g.inputs) inputs.push_back(g.value(id).name);
   for (ValueId id : g.outputs) outputs.push_back(g.value(id).name);
   const MetaSummary meta = summarize(g);
+  json tp_layouts = json::object();
+  for (const auto& [name, layout] : g.tp.layouts) tp_layouts[name] = to_string(layout);
   return json{{"dims", g.dims},
               {"train", dump_train_step(g, p.memory)},
               {"arena_bytes", p.memory.arena_bytes},
@@ -276,6 +302,7 @@ json profile_manifest(const CompiledProfile& p) {
               {"inputs", std::move(inputs)},
               {"outputs", std::move(outputs)},
               {"delayed", std::move(delayed)},
+              {"tp_layouts", tp_layouts},
               {"gpu", {{"supported", p.gpu.supported}, {"reason", p.gpu.reason}, {"launches", launches_manifest(p)}}},
               {"meta", {{"buffers", meta.buffers},
                         {"total_bytes", meta.total_bytes},
@@ -307,15 +334,22 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
   // Small constants build in milliseconds; caching them would only fill the disk.
   constexpr int64_t kCacheFrom = int64_t{16} << 20;
   const bool cacheable = profiles[0].memory.constant_bytes >= kCacheFrom && !cache_dir.empty();
-  const std::string cached = cacheable ? constants_cache_key(profiles[0]) : "";
-  const std::string dir = cached.empty() ? "" : cache_dir;
-  std::optional<Bytes> constants = cache_read(dir, cached);
-  parts.constants_from_cache = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
-  if (!parts.constants_from_cache) {
-    constants = build_constants(profiles[0]);
-    cache_write(dir, cached, constants->span());
+  // A tensor-parallel plan holds every rank's constants, one blob each (rank 0's is
+  // "constants", as in any plan), so that one file deploys to the whole group.
+  const int64_t ranks = first.tp.size;
+  parts.constants_from_cache = true;
+  for (int64_t rank = 0; rank < ranks; ++rank) {
+    const std::string cached = cacheable ? constants_cache_key(profiles[0], rank) : "";
+    const std::string dir = cached.empty() ? "" : cache_dir;
+    std::optional<Bytes> constants = cache_read(dir, cached);
+    const bool hit = constants && static_cast<int64_t>(constants->size()) == profiles[0].memory.constant_bytes;
+    parts.constants_from_cache = parts.constants_from_cache && hit;
+    if (!hit) {
+      constants = build_constants(profiles[0], rank);
+      cache_write(dir, cached, constants->span());
+    }
+    parts.blobs.push_back({rank == 0 ? std::string("constants") : "constants.rank" + std::to_string(rank), std::move(*constants)});
   }
-  parts.blobs.push_back({"constants", std::move(*constants)});
   json modules = json::array();
   for (size_t m = 0; m < code.modules.size(); ++m) {
     json cubins = json::object();
@@ -334,6 +368,7 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
                         {"modules", std::move(modules)},
                         {"build", {{"tool", record.tool}, {"options", record.options}, {"model_checksum", record.model_checksum}}},
                         {"arena_bytes", arena},
+                        {"tp_size", ranks},
                         {"constant_bytes", profiles[0].memory.constant_bytes},
                         {"profiles", std::move(profile_list)}};
   return parts;

@@ -19,13 +19,13 @@ namespace tec::test {
 inline std::vector<Graph> compile_text(const std::string& text, FrontendOptions options = {},
                                        const std::string& base_dir = ".") {
   std::vector<Graph> graphs = parse_json_graphs(text, "graph.json", base_dir, options);
-  for (Graph& g : graphs) g = usage(meta(apply_recipe(std::move(g))));
+  for (Graph& g : graphs) g = usage(meta(apply_recipe(tensor_parallel(std::move(g)))));
   return graphs;
 }
 
 inline std::vector<Graph> compile_file(const std::string& path, FrontendOptions options = {}) {
   std::vector<Graph> graphs = load_json_graphs(path, options);
-  for (Graph& g : graphs) g = usage(meta(apply_recipe(std::move(g))));
+  for (Graph& g : graphs) g = usage(meta(apply_recipe(tensor_parallel(std::move(g)))));
   return graphs;
 }
 

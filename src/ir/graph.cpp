@@ -27,6 +27,22 @@ std::string_view to_string(Phase phase) {
   return "?";
 }
 
+std::string_view to_string(TpLayout layout) {
+  switch (layout) {
+    case TpLayout::replicated: return "replicated";
+    case TpLayout::sequence: return "sequence";
+    case TpLayout::feature: return "feature";
+    case TpLayout::partial: return "partial";
+  }
+  return "?";
+}
+
+std::optional<TpLayout> parse_tp_layout(std::string_view name) {
+  for (TpLayout l : {TpLayout::replicated, TpLayout::sequence, TpLayout::feature, TpLayout::partial})
+    if (to_string(l) == name) return l;
+  return std::nullopt;
+}
+
 std::optional<Phase> parse_phase(std::string_view name) {
   for (Phase p : {Phase::weight_workspace, Phase::forward, Phase::backward, Phase::optimizer})
     if (to_string(p) == name) return p;

@@ -62,6 +62,17 @@ struct WeightSource {
   // The values are rounded to this dtype first (a train plan's fp32 master starts from the
   // model's bf16 weight, so that step 0 computes what the inference plan does).
   DType rounded_to = DType::fp32;
+  // A tensor-parallel shard: the source above describes the full tensor, and each rank's
+  // constants hold its slice of `full` along `dim`. With `groups` > 1 the dim is first cut
+  // into that many equal groups and each rank takes its slice of every group (a gated
+  // activation's gate and up halves: each rank keeps matching columns of both).
+  struct Shard {
+    Shape full;
+    int dim = 0;
+    int64_t parts = 1;
+    int64_t groups = 1;
+  };
+  std::optional<Shard> shard;
 };
 
 struct Value {
@@ -178,6 +189,22 @@ struct TrainStep {
   std::vector<std::pair<ValueId, ValueId>> recomputed;
 };
 
+// How a value is spread over the ranks of a tensor-parallel plan (passes/tensor_parallel.cpp).
+enum class TpLayout : uint8_t {
+  replicated,  // every rank holds all of it
+  sequence,    // split along dim 0, the tokens (sequence parallel)
+  feature,     // split along the last dim (a column-parallel linear's output)
+  partial,     // every rank holds a partial sum (a row-parallel GEMM's output, before its reduction)
+};
+std::string_view to_string(TpLayout layout);
+std::optional<TpLayout> parse_tp_layout(std::string_view name);
+
+struct TensorParallel {
+  int64_t size = 1;  // ranks
+  // The layout of every graph input and output (a caller shards and gathers by it).
+  std::map<std::string, TpLayout> layouts;
+};
+
 struct Graph {
   std::string name;
   std::string source_file;
@@ -190,6 +217,7 @@ struct Graph {
   Target target;
   std::map<std::string, int64_t> dims;  // the profile this graph is built for
   std::optional<TrainStep> train;       // set by autodiff
+  TensorParallel tp;                    // set by tensor_parallel
 
   ValueId add_value(Value value);
   NodeId add_node(Node node);  // sets the producer of its outputs

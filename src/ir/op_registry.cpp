@@ -18,8 +18,10 @@ std::string_view to_string(AttrType type) {
 
 void OpRegistry::add(OpDef def) {
   // infer_backward may be missing: such an op (the general tensor math) is inference-only,
-  // and the meta pass says so when a gradient would flow through it.
-  TEC_INTERNAL_CHECK(def.infer && def.reference, {}) << "op '" << def.name << "' lacks infer or reference";
+  // and the meta pass says so when a gradient would flow through it. A collective's reference
+  // runs every rank at once (OpDef::collective) instead of one.
+  TEC_INTERNAL_CHECK(def.infer && (def.reference != nullptr) != (def.collective != nullptr), {})
+      << "op '" << def.name << "' lacks infer, or has not exactly one of reference and collective";
   TEC_INTERNAL_CHECK(!ops_.count(def.name), {}) << "op '" << def.name << "' registered twice";
   std::string name = def.name;
   ops_.emplace(std::move(name), std::make_unique<OpDef>(std::move(def)));

@@ -34,6 +34,10 @@ struct ParamSpec {
   float init_stddev = 0.0f;
   // > 1: a grouped weight of this many members along dim 0 (TensorProto::group_members).
   int64_t group_members = 0;
+  // A tensor-parallel shard (linear's column or row split): `shape` is this rank's slice of
+  // `full` along `shard_dim`; a weights file holds `full`, and the plan every rank's slice.
+  std::optional<Shape> full;
+  int shard_dim = 0;
 };
 
 // An input slot that a GEMM reads, and the role the recipe quantizes it for.
@@ -108,6 +112,10 @@ struct OpDef {
   // each as its read says (rowwise or columnwise copy, dequantized). Returns the gradient of
   // every forward input slot; an empty HostTensor where a slot has none.
   std::function<std::vector<HostTensor>(const Attributes&, const std::vector<HostTensor>&)> backward_reference;
+  // Collectives (all_gather, reduce_scatter, all_reduce): the reference over every rank at
+  // once. `per_rank`: the op's one input on each rank (its output gradient when `backward`);
+  // returns its output (its input gradient) on each rank. Such an op has no `reference`.
+  std::function<std::vector<HostTensor>(const Attributes&, bool backward, const std::vector<HostTensor>& per_rank)> collective;
   // The gradient reaches every input unchanged (add, identity, quantize, dequantize): autodiff
   // hands the gradient on and makes no backward node.
   bool gradient_passes_through = false;

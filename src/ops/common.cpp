@@ -17,6 +17,7 @@ const OpRegistry& builtin_ops() {
     register_optimizer_ops(r);
     register_moe_ops(r);
     register_attention_ops(r);
+    register_collective_ops(r);
     return r;
   }();
   return registry;

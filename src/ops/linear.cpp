@@ -52,8 +52,19 @@ void check_linear_attributes(const Attributes& attrs, const ErrorContext& ctx) {
 std::vector<ParamSpec> linear_params(const Attributes& attrs, DType dtype) {
   const LinearConfig c(attrs);
   const float stddev = 1.0f / std::sqrt(static_cast<float>(c.in_features));
-  std::vector<ParamSpec> params{{"weight", Shape{c.local_out(), c.local_in()}, dtype, 0.0f, stddev}};
-  if (c.bias) params.push_back({"bias", Shape{c.local_out()}, dtype, 0.0f, 0.02f});
+  ParamSpec weight{"weight", Shape{c.local_out(), c.local_in()}, dtype, 0.0f, stddev};
+  std::vector<ParamSpec> params;
+  if (c.tp_size > 1) {
+    weight.full = Shape{c.out_features, c.in_features};
+    weight.shard_dim = c.tp_mode == "column" ? 0 : 1;
+  }
+  params.push_back(std::move(weight));
+  if (c.bias) {
+    ParamSpec bias{"bias", Shape{c.local_out()}, dtype, 0.0f, 0.02f};
+    // A row-parallel bias is added once, after the reduction (tensor_parallel moves it there).
+    if (c.tp_size > 1 && c.tp_mode == "column") bias.full = Shape{c.out_features};
+    params.push_back(std::move(bias));
+  }
   return params;
 }
 
@@ -73,27 +84,18 @@ InferResult infer_linear(const InferContext& ctx) {
   require_last_dim(ctx, 0, c.local_in(), c.tp_mode == "row" ? "in_features / tp_size" : "in_features");
   TEC_INTERNAL_CHECK(w.shape == Shape({c.local_out(), c.local_in()}), ctx.error) << "weight shape " << w.shape.str();
 
+  // Sequence parallelism's gather and scatter are steps of their own, which tensor_parallel
+  // inserts before this op is inferred.
+  TEC_USER_CHECK(!c.sequence_parallel, ctx.error)
+      << "sequence_parallel is still set: the tensor_parallel pass makes its gather and scatter steps of their own";
+  TEC_USER_CHECK(!(c.tp_mode == "row" && c.tp_size > 1 && c.bias), ctx.error)
+      << "a row-parallel linear adds no bias: the tensor_parallel pass adds it once, after the reduction";
   InferResult result;
-  Shape gemm_input = x.shape;  // the rows the GEMM actually reads
-  Shape out = x.shape.with_last(c.local_out());
-  if (c.sequence_parallel && x.shape.rank() >= 2) {
-    if (c.tp_mode == "column") {
-      // The sequence-sharded input is all-gathered before the GEMM: leading dim x tp.
-      gemm_input.dims[0] = checked_mul(gemm_input.dims[0], c.tp_size);
-      out.dims[0] = gemm_input.dims[0];
-      result.workspaces.push_back({"gathered_input", x.with_shape(gemm_input)});
-    } else {
-      // The partial sums are reduce-scattered over the sequence: leading dim / tp.
-      TEC_USER_CHECK(x.shape[0] % c.tp_size == 0, ctx.error)
-          << "row-parallel linear with sequence parallel needs leading dim " << x.shape[0]
-          << " divisible by tp_size " << c.tp_size;
-      out.dims[0] = x.shape[0] / c.tp_size;
-    }
-  }
+  const Shape out = x.shape.with_last(c.local_out());
   check_gemm_dim(ctx, x, "K", c.local_in());
   check_gemm_dim(ctx, w, "N", c.local_out());
   // wgrad contracts over the tokens: the columnwise copy's leading dim is M.
-  if (ctx.graph.mode == Mode::train) check_gemm_dim(ctx, x, "M (tokens, for the wgrad GEMM)", gemm_input.rows());
+  if (ctx.graph.mode == Mode::train) check_gemm_dim(ctx, x, "M (tokens, for the wgrad GEMM)", x.shape.rows());
 
   result.outputs.push_back(TensorProto::dense(out, x.dtype));
   result.saved.push_back(save_input(ctx, 0, "input"));
@@ -113,15 +115,9 @@ BackwardResult infer_linear_backward(const BackwardContext& ctx) {
   return result;
 }
 
-void require_one_rank(const LinearConfig& c) {
-  TEC_UNSUPPORTED_CHECK(c.tp_mode == "none", {})
-      << "the CPU reference runs one rank; tensor-parallel linears need the NCCL runtime (planned)";
-}
-
 // y = x W^T + b on the dequantized operands, accumulating in fp32 along K.
 std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const LinearConfig c(attrs);
-  require_one_rank(c);
   const HostTensor& x = in[0];
   const HostTensor& w = in[1];
   const int64_t m = x.shape.rows(), k = x.shape.cols(), n = w.shape[0];
@@ -146,7 +142,6 @@ std::vector<HostTensor> reference_linear(const Attributes& attrs, const std::vec
 // the GEMMs' in index order, db's in the GPU column kernels' (tec_column_sum_order).
 std::vector<HostTensor> backward_reference_linear(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const LinearConfig c(attrs);
-  require_one_rank(c);
   const HostTensor& x = in[0];
   const HostTensor& w = in[1];
   const HostTensor& dy_rows = in[2];

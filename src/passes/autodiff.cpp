@@ -151,6 +151,11 @@ class Autodiff {
     return dropout_step_;
   }
 
+  // A gradient is spread over the ranks as its value is.
+  void inherit_tp_layout(const std::string& value, const std::string& gradient) {
+    if (const auto it = g_.tp.layouts.find(value); it != g_.tp.layouts.end()) g_.tp.layouts[gradient] = it->second;
+  }
+
   // The caller feeds d<output> for every graph output.
   void seed_output_gradients() {
     for (ValueId out : std::vector<ValueId>(g_.outputs)) {
@@ -158,6 +163,7 @@ class Autodiff {
       if (!v.proto.requires_grad) continue;
       const ValueId dy = add_value("d" + v.name, ValueKind::input, dense_like(v.proto), v.source);
       g_.inputs.push_back(dy);
+      inherit_tp_layout(v.name, "d" + v.name);
       grad_of(out) = dy;
     }
   }
@@ -253,7 +259,7 @@ class Autodiff {
         if (g_.value(in).proto.requires_grad) accumulate(in, grad_of(node.outputs[0]), node.source);
       return;
     }
-    TEC_UNSUPPORTED_CHECK(def.backward_reference != nullptr && node.backward.has_value(), ctx)
+    TEC_UNSUPPORTED_CHECK((def.backward_reference != nullptr || def.collective != nullptr) && node.backward.has_value(), ctx)
         << "op '" << node.op << "' has no backward yet; train plans support " << trainable_ops();
     Node bwd;
     bwd.name = node.name + ".backward";
@@ -323,6 +329,7 @@ class Autodiff {
         g_.value(grad).name = name;
       }
       g_.outputs.push_back(grad);
+      inherit_tp_layout(x.name, name);
     }
   }
 

@@ -95,6 +95,8 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
                                     {"stddev", v.weight->stddev}};
           break;
       }
+      if (const auto& shard = v.weight->shard)
+        j["weight_source"]["shard"] = {{"full", shard->full.dims}, {"dim", shard->dim}, {"parts", shard->parts}, {"groups", shard->groups}};
     }
     if (v.grad) j["grad"] = to_json(*v.grad, g.target);
     values.push_back(std::move(j));
@@ -134,6 +136,8 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
   json inputs = json::array(), outputs = json::array();
   for (ValueId id : g.inputs) inputs.push_back(g.value(id).name);
   for (ValueId id : g.outputs) outputs.push_back(g.value(id).name);
+  json tp{{"size", g.tp.size}, {"layouts", json::object()}};
+  for (const auto& [name, layout] : g.tp.layouts) tp["layouts"][name] = to_string(layout);
   return json{{"after", after_pass},
               {"graph", g.name},
               {"recipe", to_string(g.recipe.kind)},
@@ -142,6 +146,7 @@ json dump_graph(const Graph& g, const std::string& after_pass) {
               {"profile", g.dims},
               {"inputs", inputs},
               {"outputs", outputs},
+              {"tp", tp},
               {"values", std::move(values)},
               {"nodes", std::move(nodes)},
               {"summary",

@@ -1,9 +1,17 @@
 // fusion: groups the nodes of a graph into steps (see schedule.h for the rules).
+#include "ops/common.h"
 #include "passes/schedule.h"
 
 namespace tec {
 
-std::string_view to_string(StepKind kind) { return kind == StepKind::gemm ? "gemm" : "kernel"; }
+std::string_view to_string(StepKind kind) {
+  switch (kind) {
+    case StepKind::gemm: return "gemm";
+    case StepKind::kernel: return "kernel";
+    case StepKind::collective: return "collective";
+  }
+  return "?";
+}
 
 namespace {
 
@@ -28,11 +36,18 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
     Step step;
     step.name = g.node(n).name;
     // A GEMM step's outputs match the reference within the recipe's bound, not bit for bit.
-    step.kind = g.node(n).op == "linear" || g.node(n).op == "grouped_linear" ? StepKind::gemm : StepKind::kernel;
-    step.phase = g.node(n).phase;
+    const Node& node = g.node(n);
+    step.kind = node.op == "linear" || node.op == "grouped_linear" ? StepKind::gemm
+                : builtin_ops().get(node.op).collective ? StepKind::collective
+                                                        : StepKind::kernel;
+    step.phase = node.phase;
     step.nodes.push_back(n);
-    const Value& out = g.value(g.node(n).outputs[0]);
-    if (out.quantizer && g.node(n).op != "linear" && g.node(n).op != "quantize" && !g.node(n).computes_backward)
+    const Value& out = g.value(node.outputs[0]);
+    if (out.quantizer && step.kind == StepKind::collective && !node.computes_backward)
+      step.fusions.push_back("quantize of '" + out.name + "' fused into " + node.op +
+                             ": the collective's result is quantized as one tensor, with the group's amax (TE's FP8 "
+                             "all-gather quantizes each rank's rows with that scale and gathers the FP8 bytes)");
+    else if (out.quantizer && node.op != "linear" && node.op != "quantize" && !node.computes_backward)
       step.fusions.push_back("quantize of '" + out.name + "' fused into " + g.node(n).op + " (" +
                              (g.node(n).op == "layernorm" || g.node(n).op == "rmsnorm" ? "norm" : "producer") +
                              " + quantize)");

@@ -1,5 +1,5 @@
 // The compiler passes (ARCHITECTURE.md §5), each a function from Graph to Graph, one file
-// each. They run in this order: apply_recipe, meta, usage, autodiff.
+// each. They run in this order: tensor_parallel, apply_recipe, meta, usage, autodiff.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>
@@ -7,6 +7,12 @@
 #include "ir/graph.h"
 
 namespace tec {
+
+// Makes a graph with column- and row-parallel linears the program one rank of the
+// tensor-parallel group runs: collectives inserted where TE puts them, the row-parallel bias
+// moved after its reduction, every input's and output's layout over the ranks recorded in
+// Graph::tp, and ops that cannot run on a rank's slice refused. One rank: unchanged.
+Graph tensor_parallel(Graph graph);
 
 // Decides which values a GEMM reads quantized and with which quantizer. A producer whose
 // every consumer is such a GEMM writes its output quantized ("norm + quantize"); otherwise

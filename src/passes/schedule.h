@@ -10,7 +10,8 @@
 
 namespace tec {
 
-enum class StepKind : uint8_t { gemm, kernel };
+// collective: one all_gather, reduce_scatter or all_reduce (NCCL), never fused with others.
+enum class StepKind : uint8_t { gemm, kernel, collective };
 std::string_view to_string(StepKind kind);
 
 struct Step {

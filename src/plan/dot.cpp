@@ -17,7 +17,7 @@ std::string plan_to_dot(const json& manifest, size_t profile_index) {
   for (size_t i = 0; i < steps.size(); ++i) {
     const json& s = steps[i];
     out << "  subgraph cluster_" << i << " {\n    label=\"step " << i << ": " << s.at("name").get<std::string>() << " ("
-        << s.at("kind").get<std::string>() << ")\";\n    style=rounded; color=" << (s.at("kind") == "gemm" ? "blue" : "gray")
+        << s.at("kind").get<std::string>() << ")\";\n    style=rounded; color=" << (s.at("kind") == "gemm" ? "blue" : s.at("kind") == "collective" ? "darkgreen" : "gray")
         << ";\n";
     for (const json& op : s.at("ops")) {
       const std::string id = "op_" + op.at("node").get<std::string>();

@@ -470,7 +470,10 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     Step step;
     step.name = s.str("name");
     step.kind = s.str("kind");
-    TEC_USER_CHECK(step.kind == "gemm" || step.kind == "kernel", s.ctx("kind")) << "unknown step kind";
+    TEC_USER_CHECK(step.kind == "gemm" || step.kind == "kernel" || step.kind == "collective", s.ctx("kind"))
+        << "unknown step kind '" << step.kind << "' (expected gemm, kernel or collective)";
+    TEC_USER_CHECK(step.kind != "collective" || (plan.tp_size > 1 && s.array("ops").size() == 1), s.ctx("kind"))
+        << "a collective step holds one op, in a plan of two or more ranks (this one has tp_size " << plan.tp_size << ")";
     step.fusions = s.strings("fusions");
     if (const std::string phase = s.optional_str("phase"); !phase.empty()) {
       const auto parsed = parse_phase(phase);
@@ -557,6 +560,20 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     }
   }
   check_dataflow(p, r);
+  if (r.contains("tp_layouts")) {
+    TEC_USER_CHECK(r.field("tp_layouts").is_object(), r.ctx("tp_layouts")) << "expected an object of tensor -> layout";
+    for (const auto& [tensor, layout] : r.field("tp_layouts").items()) {
+      TEC_USER_CHECK(layout.is_string(), r.ctx("tp_layouts")) << "tensor '" << tensor << "': expected replicated, sequence or feature";
+      const TpLayout parsed = parse_tp_layout(layout.get<std::string>()).value_or(TpLayout::partial);
+      TEC_USER_CHECK(parsed != TpLayout::partial, r.ctx("tp_layouts"))
+          << "tensor '" << tensor << "': expected replicated, sequence or feature";
+      const bool listed = std::count(p.inputs.begin(), p.inputs.end(), tensor) || std::count(p.outputs.begin(), p.outputs.end(), tensor);
+      TEC_USER_CHECK(listed, r.ctx("tp_layouts")) << "'" << tensor << "' is no input or output of the profile";
+      TEC_USER_CHECK(parsed == TpLayout::replicated || p.tensors.at(tensor).proto.shape.rank() >= 1, r.ctx("tp_layouts"))
+          << "'" << tensor << "' is a scalar and cannot be split";
+      p.tp_layouts[tensor] = parsed;
+    }
+  }
   {
     const Reader gpu(r.field("gpu"), path + "/gpu", file);
     TEC_USER_CHECK(gpu.field("supported").is_boolean(), gpu.ctx("supported")) << "expected a boolean";
@@ -623,6 +640,19 @@ Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
   TEC_USER_CHECK(static_cast<int64_t>(constants->size()) == constant_bytes, r.ctx("constant_bytes"))
       << "constants blob has " << constants->size() << " bytes, the manifest says " << constant_bytes;
   plan.constants.assign(constants->begin(), constants->end());
+  // Tensor parallel: every other rank's constants, in rank 0's layout.
+  plan.tp_size = r.contains("tp_size") ? r.integer("tp_size", 1, kMaxTpSize) : 1;
+  for (int64_t rank = 1; rank < plan.tp_size; ++rank) {
+    const std::string blob = "constants.rank" + std::to_string(rank);
+    std::optional<std::span<const uint8_t>> rank_bytes;
+    for (const auto& b : blobs)
+      if (b["name"].get<std::string>() == blob) rank_bytes = file.blobs.subspan(b["offset"].get<size_t>(), b["size"].get<size_t>());
+    TEC_USER_CHECK(rank_bytes.has_value(), r.ctx("blobs")) << "a plan of " << plan.tp_size << " ranks needs blob '" << blob
+                                                           << "', rank " << rank << "'s constants, and has none";
+    TEC_USER_CHECK(static_cast<int64_t>(rank_bytes->size()) == constant_bytes, r.ctx("blobs"))
+        << "blob '" << blob << "' has " << rank_bytes->size() << " bytes; every rank's constants have " << constant_bytes;
+    plan.other_rank_constants.emplace_back(rank_bytes->begin(), rank_bytes->end());
+  }
   plan.archs = archs;
   {
     std::map<std::string, std::span<const uint8_t>> blob_bytes;

@@ -54,7 +54,7 @@ struct Op {
 
 struct Step {
   std::string name;
-  std::string kind;  // gemm, kernel
+  std::string kind;  // gemm, kernel, collective (one op, over every rank)
   Phase phase = Phase::forward;
   std::vector<Op> ops;
   std::vector<int> deps;
@@ -128,6 +128,9 @@ struct Profile {
   std::vector<Step> steps;
   std::vector<std::string> inputs, outputs;
   std::vector<std::string> delayed;  // tensors whose delayed-scaling state is updated after a run
+  // Tensor-parallel plans: how each input and output is spread over the ranks (a caller
+  // shards inputs and gathers outputs by it); a weight gradient, a rank's own, has none.
+  std::map<std::string, TpLayout> tp_layouts;
   // Train plans: what the step does beside forward and backward, and the state tensors the
   // caller may set between runs (the optimizer's hyperparameters, first_microbatch).
   bool train = false;
@@ -153,10 +156,18 @@ struct Plan {
   std::string name, recipe, mode;
   Target target;
   int64_t arena_bytes = 0;
+  // Rank 0's constants; a tensor-parallel plan (tp_size > 1) holds every rank's shards of the
+  // weights, in one layout (constants_of).
   std::vector<uint8_t> constants;
+  int64_t tp_size = 1;
+  std::vector<std::vector<uint8_t>> other_rank_constants;  // ranks 1 .. tp_size-1
   std::vector<std::string> archs;  // the cubins' archs
   std::vector<Module> modules;
   std::vector<Profile> profiles;
+
+  const std::vector<uint8_t>& constants_of(int64_t rank) const {
+    return rank == 0 ? constants : other_rank_constants.at(static_cast<size_t>(rank - 1));
+  }
 
   // Throws Error(invalid_input, stage "plan") for any inconsistency.
   static Plan load(std::span<const uint8_t> bytes, const std::string& name);
@@ -167,5 +178,6 @@ struct Plan {
 
 // Limits on a manifest's contents, checked before anything is allocated from them.
 inline constexpr int64_t kMaxArenaBytes = int64_t{1} << 40;
+inline constexpr int64_t kMaxTpSize = 1024;
 
 }  // namespace tec::plan

@@ -1,9 +1,11 @@
 #include "reference/executor.h"
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstring>
 #include <utility>
+#include <variant>
 
 #include "core/random.h"
 #include "ops/common.h"
@@ -99,7 +101,7 @@ Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const 
     return node.attrs;
   }
   // A backward op: check it against its forward op, "<node>.backward" of "<node>".
-  TEC_USER_CHECK(def->backward_reference != nullptr, ctx) << "op '" << op.op << "' has no backward";
+  TEC_USER_CHECK(def->backward_reference != nullptr || def->collective != nullptr, ctx) << "op '" << op.op << "' has no backward";
   const std::string suffix = ".backward";
   const plan::Op* forward = nullptr;
   if (op.node.size() > suffix.size() && op.node.ends_with(suffix))
@@ -131,13 +133,38 @@ Attributes check_op(const plan::Plan& plan, const plan::Profile& profile, const 
   return node.attrs;
 }
 
+// A collective op sits alone in a collective step, over the plan's ranks; no other step
+// holds one.
+void check_collective(const plan::Plan& plan, const plan::Step& step, const plan::Op& op) {
+  const ErrorContext ctx = step_context(step, op);
+  const OpDef* def = builtin_ops().find(op.op);
+  const bool collective = def != nullptr && def->collective != nullptr;
+  TEC_USER_CHECK(collective == (step.kind == "collective"), ctx)
+      << (collective ? "collective op '" + op.op + "' in a " + step.kind + " step" : "op '" + op.op + "' in a collective step");
+  if (!collective) return;
+  const auto tp_size = op.attrs.values.find("tp_size");
+  TEC_USER_CHECK(tp_size != op.attrs.values.end() && std::holds_alternative<int64_t>(tp_size->second) &&
+                     std::get<int64_t>(tp_size->second) == plan.tp_size,
+                 ctx)
+      << "the op's tp_size is not the plan's " << plan.tp_size;
+  TEC_USER_CHECK(op.inputs.size() == 1 && op.outputs.size() == 1, ctx) << "a collective reads one tensor and writes one";
+}
+
 }  // namespace
 
-Session::Session(const plan::Plan& plan, const plan::Profile& profile)
-    : plan_(plan), profile_(profile), arena_(static_cast<size_t>(plan.arena_bytes), 0) {
+Session::Session(const plan::Plan& plan, const plan::Profile& profile, int64_t rank)
+    : plan_(plan),
+      profile_(profile),
+      constants_(rank >= 0 && rank < plan.tp_size ? plan.constants_of(rank) : plan.constants),
+      arena_(static_cast<size_t>(plan.arena_bytes), 0) {
+  TEC_USER_CHECK(rank >= 0 && rank < plan.tp_size, (ErrorContext{"reference", "", "", plan.name}))
+      << "rank " << rank << " of a plan of " << plan.tp_size << " ranks";
   for (const plan::Step& step : profile_.steps) {
     attrs_.emplace_back();
-    for (const plan::Op& op : step.ops) attrs_.back().push_back(check_op(plan_, profile_, step, op));
+    for (const plan::Op& op : step.ops) {
+      check_collective(plan_, step, op);  // first: a wrong group size would show as a wrong shape
+      attrs_.back().push_back(check_op(plan_, profile_, step, op));
+    }
   }
   for (const auto& [name, t] : profile_.tensors) {
     if (auto scale = t.state.find("scale"); scale != t.state.end()) {
@@ -161,7 +188,7 @@ std::span<uint8_t> Session::bytes_of(const plan::Buffer& b) {
 }
 
 std::span<const uint8_t> Session::bytes_of(const plan::Buffer& b) const {
-  const std::vector<uint8_t>& region = b.region == "constants" ? plan_.constants : arena_;
+  const std::vector<uint8_t>& region = b.region == "constants" ? constants_ : arena_;
   return std::span<const uint8_t>(region).subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.bytes));
 }
 
@@ -176,15 +203,19 @@ void Session::set_input(const std::string& name, const HostTensor& values) {
   store(t, std::move(rounded));
 }
 
+HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype) {
+  std::vector<float> values = random_weight(seed, name, shape.numel(), 0.0f, 1.0f);
+  // An int32 input (routing given from outside) gets 0 or 1: expert indices valid for any
+  // layer of two or more experts; m_splits need real values (te-run --input).
+  if (dtype == DType::int32)
+    for (float& v : values) v = v > 0.0f ? 1.0f : 0.0f;
+  return HostTensor{shape, std::move(values)};
+}
+
 void Session::randomize_inputs(uint64_t seed) {
   for (const std::string& name : profile_.inputs) {
     const plan::Tensor& t = tensor_named(profile_, name);
-    std::vector<float> values = random_weight(seed, name, t.proto.shape.numel(), 0.0f, 1.0f);
-    // An int32 input (routing given from outside) gets 0 or 1: expert indices valid for any
-    // layer of two or more experts; m_splits need real values (te-run --input).
-    if (t.proto.dtype == DType::int32)
-      for (float& v : values) v = v > 0.0f ? 1.0f : 0.0f;
-    set_input(name, HostTensor{t.proto.shape, std::move(values)});
+    set_input(name, random_input(seed, name, t.proto.shape, t.proto.dtype));
   }
 }
 
@@ -249,7 +280,7 @@ void Session::set_scalar(const std::string& name, float value) {
   std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]).data(), &value, 4);
 }
 
-void Session::run() {
+std::vector<size_t> Session::begin_run() {
   for (const std::string& name : profile_.runtime_scalars)
     TEC_USER_CHECK(std::isfinite(scalar(name)), (ErrorContext{"reference", name, "", "runtime scalar"}))
         << "runtime scalar '" << name << "' is " << scalar(name) << "; set a finite value before running";
@@ -258,20 +289,30 @@ void Session::run() {
   const bool remake_weights = workspace_stale_ || !profile_.tensors.count("first_microbatch") || scalar("first_microbatch") != 0.0f;
   // forward_only: the weights' copies and the forward, e.g. to compute a loss whose gradient
   // the next (full) run takes as dy; no gradient, state update or scaling update.
-  const bool forward_only = profile_.tensors.count("forward_only") && scalar("forward_only") != 0.0f;
+  forward_only_ = profile_.tensors.count("forward_only") && scalar("forward_only") != 0.0f;
   workspace_stale_ = false;
   for (const plan::Buffer& b : profile_.buffers)
     if (b.region == "scratch" || b.region == "output") {
       auto bytes = bytes_of(b);
       std::fill(bytes.begin(), bytes.end(), uint8_t{0xFF});
     }
+  std::vector<size_t> steps;
   for (size_t s = 0; s < profile_.steps.size(); ++s) {
     const Phase phase = profile_.steps[s].phase;
     if (phase == Phase::weight_workspace && !remake_weights) continue;
-    if (forward_only && phase != Phase::weight_workspace && phase != Phase::forward) continue;
-    run_step(s);
+    if (forward_only_ && phase != Phase::weight_workspace && phase != Phase::forward) continue;
+    steps.push_back(s);
   }
-  if (!forward_only) update_delayed_scaling();
+  return steps;
+}
+
+void Session::end_run() {
+  if (!forward_only_) update_delayed_scaling();
+}
+
+void Session::run() {
+  for (size_t s : begin_run()) run_step(s);
+  end_run();
 }
 
 void Session::set_arena(std::span<const uint8_t> bytes) {
@@ -280,8 +321,25 @@ void Session::set_arena(std::span<const uint8_t> bytes) {
   std::copy(bytes.begin(), bytes.end(), arena_.begin());
 }
 
+HostTensor Session::collective_input(size_t s) const {
+  const plan::Op& op = profile_.steps.at(s).ops.at(0);
+  return read(op.inputs.at(0), !op.columnwise_inputs.empty() && op.columnwise_inputs[0]);
+}
+
+void Session::store_collective_output(size_t s, HostTensor value) {
+  const plan::Step& step = profile_.steps.at(s);
+  const plan::Tensor& t = tensor_named(profile_, step.ops.at(0).outputs.at(0));
+  TEC_USER_CHECK(value.shape == t.proto.shape, step_context(step, step.ops[0]))
+      << "output '" << t.name << "' has shape " << value.shape.str() << ", the plan says " << t.proto.shape.str();
+  TEC_USER_CHECK(!t.buffers.empty(), step_context(step, step.ops[0])) << "a collective's output '" << t.name << "' needs storage";
+  store(t, std::move(value.values));
+}
+
 void Session::run_step(size_t s) {
   const plan::Step& step = profile_.steps.at(s);
+  TEC_USER_CHECK(step.kind != "collective", (ErrorContext{"reference", step.name, "", "step '" + step.name + "'"}))
+      << "step '" << step.name << "' is a collective over " << plan_.tp_size
+      << " ranks: run the plan's ranks together (reference::RankGroup; te-run --backend cpu does)";
   std::map<std::string, HostTensor> in_registers;  // values that live inside this step
   for (size_t o = 0; o < step.ops.size(); ++o) {
     const plan::Op& op = step.ops[o];
@@ -351,6 +409,120 @@ void Session::update_delayed_scaling() {
     std::memcpy(history_bytes.data(), history.data(), history_bytes.size());
     std::memcpy(scale_bytes.data(), scales.data(), scale_bytes.size());
   }
+}
+
+namespace {
+
+// The split dim of a layout over a tensor of `rank` dims.
+size_t split_dim(TpLayout layout, size_t rank) { return layout == TpLayout::sequence ? 0 : rank - 1; }
+
+// Part r of `whole` along `dim`, one of `parts` equal parts.
+HostTensor part_of(const HostTensor& whole, size_t dim, int64_t parts, int64_t r) {
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < dim; ++i) outer *= whole.shape.dims[i];
+  for (size_t i = dim + 1; i < whole.shape.rank(); ++i) inner *= whole.shape.dims[i];
+  const int64_t along = whole.shape.dims[dim], chunk = along / parts;
+  HostTensor part{whole.shape, {}};
+  part.shape.dims[dim] = chunk;
+  for (int64_t o = 0; o < outer; ++o) {
+    const auto first = whole.values.begin() + static_cast<std::ptrdiff_t>((o * along + r * chunk) * inner);
+    part.values.insert(part.values.end(), first, first + static_cast<std::ptrdiff_t>(chunk * inner));
+  }
+  return part;
+}
+
+// The parts joined back along `dim`, in rank order.
+HostTensor join(const std::vector<HostTensor>& parts, size_t dim) {
+  HostTensor whole{parts.at(0).shape, {}};
+  whole.shape.dims[dim] *= static_cast<int64_t>(parts.size());
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < dim; ++i) outer *= whole.shape.dims[i];
+  for (size_t i = dim + 1; i < whole.shape.rank(); ++i) inner *= whole.shape.dims[i];
+  const int64_t chunk = parts[0].shape.dims[dim] * inner;
+  for (int64_t o = 0; o < outer; ++o)
+    for (const HostTensor& p : parts) {
+      const auto first = p.values.begin() + static_cast<std::ptrdiff_t>(o * chunk);
+      whole.values.insert(whole.values.end(), first, first + static_cast<std::ptrdiff_t>(chunk));
+    }
+  return whole;
+}
+
+}  // namespace
+
+RankGroup::RankGroup(const plan::Plan& plan, const plan::Profile& profile) : plan_(plan), profile_(profile) {
+  for (int64_t r = 0; r < plan.tp_size; ++r) ranks_.push_back(std::make_unique<Session>(plan, profile, r));
+}
+
+TpLayout RankGroup::layout_of(const std::string& name) const {
+  if (plan_.tp_size == 1) return TpLayout::replicated;
+  const auto it = profile_.tp_layouts.find(name);
+  TEC_USER_CHECK(it != profile_.tp_layouts.end(), (ErrorContext{"reference", name, "", "tensor parallel"}))
+      << "'" << name << "' has no layout over the ranks (a weight gradient is each rank's own shard): read it rank by rank";
+  return it->second;
+}
+
+Shape RankGroup::whole_shape(const std::string& name) const {
+  Shape shape = tensor_named(profile_, name).proto.shape;
+  const TpLayout layout = layout_of(name);
+  if (layout != TpLayout::replicated) {
+    const size_t dim = split_dim(layout, shape.rank());
+    shape.dims[dim] = checked_mul(shape.dims[dim], size());
+  }
+  return shape;
+}
+
+void RankGroup::set_input(const std::string& name, const HostTensor& whole) {
+  const Shape shape = whole_shape(name);
+  TEC_USER_CHECK(whole.shape.numel() == shape.numel(), (ErrorContext{"reference", name, "", ""}))
+      << "input '" << name << "' needs shape " << shape.str() << " (" << shape.numel() << " values), got " << whole.shape.str();
+  const TpLayout layout = layout_of(name);
+  const HostTensor shaped{shape, whole.values};
+  for (int64_t r = 0; r < size(); ++r)
+    rank(r).set_input(name, layout == TpLayout::replicated ? shaped : part_of(shaped, split_dim(layout, shape.rank()), size(), r));
+}
+
+void RankGroup::randomize_inputs(uint64_t seed) {
+  for (const std::string& name : profile_.inputs)
+    set_input(name, random_input(seed, name, whole_shape(name), tensor_named(profile_, name).proto.dtype));
+}
+
+void RankGroup::run(const std::function<void(size_t step)>& after_step) {
+  std::vector<std::vector<size_t>> steps;
+  for (auto& session : ranks_) steps.push_back(session->begin_run());
+  // Every rank runs the same steps: they differ only in constants and inputs, never in state
+  // that decides which steps run (runtime scalars are set on every rank alike).
+  for (const auto& s : steps)
+    TEC_USER_CHECK(s == steps[0], (ErrorContext{"reference", "", "", "tensor parallel"}))
+        << "the ranks' runtime scalars (first_microbatch, forward_only) differ; set them alike on every rank";
+  for (size_t s : steps[0]) {
+    const plan::Step& step = profile_.steps[s];
+    if (step.kind != "collective") {
+      for (auto& session : ranks_) session->run_step(s);
+    } else {
+      const plan::Op& op = step.ops.at(0);
+      std::vector<HostTensor> per_rank;
+      for (const auto& session : ranks_) per_rank.push_back(session->collective_input(s));
+      const OpDef& def = builtin_ops().get(op.op);
+      std::vector<HostTensor> out =
+          with_context(step_context(step, op), [&] { return def.collective(rank(0).attributes(s, 0), op.backward, per_rank); });
+      for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->store_collective_output(s, std::move(out.at(r)));
+    }
+    if (after_step) after_step(s);
+  }
+  for (auto& session : ranks_) session->end_run();
+}
+
+HostTensor RankGroup::read(const std::string& name) const {
+  const TpLayout layout = layout_of(name);
+  std::vector<HostTensor> parts;
+  for (const auto& session : ranks_) parts.push_back(session->read(name));
+  if (layout != TpLayout::replicated) return join(parts, split_dim(layout, parts[0].shape.rank()));
+  for (size_t r = 1; r < parts.size(); ++r)
+    TEC_INTERNAL_CHECK(parts[r].values.size() == parts[0].values.size() &&
+                           std::memcmp(parts[r].values.data(), parts[0].values.data(), parts[0].values.size() * sizeof(float)) == 0,
+                       (ErrorContext{"reference", name, "", "tensor parallel"}))
+        << "replicated '" << name << "' differs between rank 0 and rank " << r;
+  return parts[0];
 }
 
 }  // namespace tec::reference

@@ -3,7 +3,9 @@
 // plain and slow on purpose: values in fp32, buffers rounded or quantized when stored.
 #pragma once
 
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,8 +18,9 @@ namespace tec::reference {
 class Session {
  public:
   // Checks every op of the profile against this build's registry (unknown ops, bad
-  // attributes) before anything runs; state starts at scale 1 and a zero history.
-  Session(const plan::Plan& plan, const plan::Profile& profile);
+  // attributes) before anything runs; state starts at scale 1 and a zero history. `rank`: the
+  // rank whose constants a tensor-parallel plan's session holds (RankGroup runs them all).
+  Session(const plan::Plan& plan, const plan::Profile& profile, int64_t rank = 0);
 
   const plan::Profile& profile() const { return profile_; }
   // Writes an input, rounded to its dtype. Throws if the name or size is wrong.
@@ -41,10 +44,19 @@ class Session {
   std::span<uint8_t> buffer_bytes(int index) { return bytes_of(profile_.buffers.at(static_cast<size_t>(index))); }
   // The whole arena, e.g. a GPU arena's bytes, to run one step from (GPU verification).
   void set_arena(std::span<const uint8_t> bytes);
-  // One step alone, without poisoning or the delayed-scaling update.
+  // One step alone, without poisoning or the delayed-scaling update. A collective step needs
+  // every rank: RankGroup runs those.
   void run_step(size_t step);
   // After run_step: what run() does after the last step.
   void update_delayed_scaling();
+  // run() in parts, for RankGroup: checks, poisons and returns the steps to run in order;
+  // then, after them, the delayed-scaling update (unless the run was forward_only).
+  std::vector<size_t> begin_run();
+  void end_run();
+  // A collective step's one op: its input on this rank, and storing its output.
+  HostTensor collective_input(size_t step) const;
+  void store_collective_output(size_t step, HostTensor value);
+  const Attributes& attributes(size_t step, size_t op) const { return attrs_.at(step).at(op); }
   // The next run remakes the weights' copies even if first_microbatch is 0 (restored masters).
   void remake_weight_workspace() { workspace_stale_ = true; }
 
@@ -55,9 +67,48 @@ class Session {
 
   const plan::Plan& plan_;
   const plan::Profile& profile_;
+  const std::vector<uint8_t>& constants_;  // this rank's
   std::vector<uint8_t> arena_;
+  bool forward_only_ = false;
   std::vector<std::vector<Attributes>> attrs_;  // per step, per op: checked, defaults filled
   bool workspace_stale_ = true;                 // no run has made the weights' copies yet
 };
+
+// Every rank of a tensor-parallel plan in one process, step by step in lockstep: the oracle
+// for multi-GPU runs (ARCHITECTURE.md §14). A collective step combines the ranks' tensors
+// with its op's OpDef::collective; every other step runs on each rank alone. Inputs and
+// outputs are whole tensors, split and joined by the profile's tp_layouts, so a TP=N plan
+// takes and gives what the same model's one-rank plan does.
+class RankGroup {
+ public:
+  RankGroup(const plan::Plan& plan, const plan::Profile& profile);
+
+  int64_t size() const { return static_cast<int64_t>(ranks_.size()); }
+  Session& rank(int64_t r) { return *ranks_.at(static_cast<size_t>(r)); }
+  const plan::Profile& profile() const { return profile_; }
+  // The whole tensor's shape: a rank's, times the ranks along the split dim.
+  Shape whole_shape(const std::string& tensor) const;
+  void set_input(const std::string& name, const HostTensor& whole);
+  // The whole inputs the one-rank plan's Session::randomize_inputs draws, split.
+  void randomize_inputs(uint64_t seed);
+  // `after_step`, if given, is called after each step on every rank (a test reads the
+  // intermediates there, before a later step reuses their scratch).
+  void run(const std::function<void(size_t step)>& after_step = {});
+  // An output (or input) made whole from the ranks' parts; a replicated one is rank 0's, and
+  // must be every rank's, bit for bit. One with no layout (a weight gradient) is each rank's
+  // own: read it from rank(r).
+  HostTensor read(const std::string& name) const;
+
+ private:
+  TpLayout layout_of(const std::string& name) const;
+
+  const plan::Plan& plan_;
+  const plan::Profile& profile_;
+  std::vector<std::unique_ptr<Session>> ranks_;
+};
+
+// Seeded N(0, 1) values of an input's shape, rounded later when stored (an int32 input gets
+// 0 or 1; see Session::randomize_inputs).
+HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype);
 
 }  // namespace tec::reference

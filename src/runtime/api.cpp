@@ -137,6 +137,10 @@ Result<Session> Session::create(const Plan& plan, const std::map<std::string, in
     auto impl = std::make_shared<Impl>();
     impl->plan = plan.plan_;
     impl->profile = &pick(*plan.plan_, dims);
+    // One Session is one rank; a tensor-parallel plan needs a communicator (not yet in this API).
+    TEC_UNSUPPORTED_CHECK(plan.plan_->tp_size == 1, (ErrorContext{"runtime", "", "", plan.plan_->name}))
+        << "the plan is tensor parallel over " << plan.plan_->tp_size
+        << " ranks, and this API runs one rank without a communicator (not yet); te-run --backend cpu runs every rank";
     if (backend == Backend::gpu) impl->gpu = std::make_unique<runtime::Session>(plan.plan_, *impl->profile);
     else impl->cpu = std::make_unique<reference::Session>(*plan.plan_, *impl->profile);
     Session s;

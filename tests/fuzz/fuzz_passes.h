@@ -16,7 +16,7 @@ inline void run_passes(std::vector<Graph> graphs, int64_t max_elements) {
     int64_t elements = 0;
     for (const auto& v : g.values) elements += v.proto.shape.numel();
     if (elements > max_elements) continue;
-    g = usage(meta(apply_recipe(std::move(g))));
+    g = usage(meta(apply_recipe(tensor_parallel(std::move(g)))));
     const Schedule s = schedule(g, fusion(g));
     (void)memory_plan(g, s);
   }

@@ -25,6 +25,13 @@ foreach(train "mlp_tiny;fp8-delayed;--optimizer;adamw" "swiglu_mlp;bf16;--wgrad;
     message(FATAL_ERROR "te-compile --mode train failed for ${model} ${recipe}")
   endif()
 endforeach()
+# A tensor-parallel plan: every rank's constants blob, collective steps, tp layouts.
+execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/mlp_tp.json --tp 2 --shape T=64 -q
+                        -o ${OUT}/plan_container/mlp_tp2.teplan
+                RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "te-compile --tp 2 failed")
+endif()
 # The manifest fuzzer wraps its input around the fp8-delayed plan's blobs (TEC_FUZZ_BLOBS),
 # so its seed is that plan's manifest.
 execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/mlp_tiny.json --recipe fp8-delayed --shape T=32 -q

@@ -61,8 +61,6 @@ const std::vector<OpCase>& op_cases() {
   return cases;
 }
 
-std::string nlohmann_shape(const Shape& s) { return s.str(); }  // "[64, 256]" is valid JSON
-
 std::string case_name(const OpCase& c) {
   std::string shapes;
   for (const auto& s : c.input_shapes) shapes += s;
@@ -139,7 +137,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 31);
+  CHECK(builtin_ops().all().size() == 34);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -207,56 +205,6 @@ TEST_CASE("general tensor math has no backward: train mode says so") {
   CHECK(std::string(e.what()).find("op 'binary' has no backward") != std::string::npos);
 }
 
-TEST_CASE("linear: tensor-parallel shape effects for tp=2 and tp=4") {
-  struct TpCase {
-    std::string mode;
-    int tp;
-    bool sp;
-    Shape input, weight, output;
-  };
-  // Global in_features=256, out_features=512; inputs are this rank's local tensors.
-  const std::vector<TpCase> cases = {
-      {"column", 2, false, {64, 256}, {256, 256}, {64, 256}},
-      {"column", 4, false, {64, 256}, {128, 256}, {64, 128}},
-      {"column", 2, true, {64, 256}, {256, 256}, {128, 256}},  // gathered: 64 x 2 tokens
-      {"column", 4, true, {64, 256}, {128, 256}, {256, 128}},  // gathered: 64 x 4 tokens
-      {"row", 2, false, {64, 128}, {512, 128}, {64, 512}},
-      {"row", 4, false, {64, 64}, {512, 64}, {64, 512}},
-      {"row", 2, true, {64, 128}, {512, 128}, {32, 512}},      // scattered: 64 / 2 tokens
-      {"row", 4, true, {64, 64}, {512, 64}, {16, 512}},        // scattered: 64 / 4 tokens
-  };
-  for (const auto& c : cases) {
-    CAPTURE(c.mode);
-    CAPTURE(c.tp);
-    CAPTURE(c.sp);
-    const std::string text = R"({"inputs": [{"name": "x", "shape": )" + nlohmann_shape(c.input) +
-                             R"(}], "ops": [{"name": "fc", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 512, "tp_mode": ")" +
-                             c.mode + R"(", "tp_size": )" + std::to_string(c.tp) + R"(, "sequence_parallel": )" +
-                             (c.sp ? "true" : "false") + R"(}}], "outputs": ["fc"]})";
-    for (auto recipe : {RecipeKind::bf16, RecipeKind::fp8_current}) {
-      auto graphs = test::compile_text(text, test::with_recipe(recipe));
-      const Graph& g = graphs.at(0);
-      CHECK(test::value_named(g, "fc.weight").proto.shape == c.weight);
-      CHECK(test::value_named(g, "fc").proto.shape == c.output);
-      const Node& fc = test::node_named(g, "fc");
-      if (c.sp && c.mode == "column") {
-        REQUIRE(fc.workspaces.size() == 1);
-        CHECK(fc.workspaces[0].proto.shape == Shape{c.input[0] * c.tp, c.input[1]});
-      } else {
-        CHECK(fc.workspaces.empty());
-      }
-    }
-  }
-}
-
-TEST_CASE("linear: row-parallel sequence parallel needs the tokens divisible by tp") {
-  const std::string text =
-      R"({"inputs": [{"name": "x", "shape": [30, 128]}], "ops": [{"name": "fc", "op": "linear", "inputs": ["x"],
-          "attrs": {"in_features": 512, "out_features": 64, "tp_mode": "row", "tp_size": 4, "sequence_parallel": true}}],
-          "outputs": ["fc"]})";
-  const Error e = test::error_of([&] { (void)test::compile_text(text); });
-  CHECK(e.context().node == "fc");
-  CHECK(e.message().find("leading dim 30 divisible by tp_size 4") != std::string::npos);
-}
+// Tensor-parallel linears: tests/passes/tensor_parallel_test.cpp.
 
 }  // namespace tec

@@ -299,11 +299,11 @@ TEST_CASE("dropout draws a new mask every step, and its backward reads the step'
 }
 
 TEST_CASE("tensor-parallel linears keep their shape effects in the backward") {
-  // Column-parallel with sequence parallel gathers x ([T/tp, K] -> [T, K]); row-parallel with
-  // sequence parallel scatters y. Each gradient has its tensor's local shape; the collectives
-  // themselves come with the NCCL runtime.
+  // The graph's x is the whole model's [64, 64]; under sequence parallelism a rank holds 32
+  // tokens, all_gather makes them 64 ([T/tp, K] -> [T, K]) and reduce_scatter splits y again.
+  // Each gradient has its tensor's shape on the rank (tensor_parallel_test.cpp runs them).
   const std::string text = R"({"name": "tp", "dims": {"T": [64]}, "dtype": "bf16",
-    "inputs": [{"name": "x", "shape": [32, 64]}],
+    "inputs": [{"name": "x", "shape": [64, 64]}],
     "ops": [{"name": "up", "op": "linear", "inputs": ["x"],
              "attrs": {"in_features": 64, "out_features": 256, "tp_mode": "column", "tp_size": 2, "sequence_parallel": true}},
             {"name": "down", "op": "linear", "inputs": ["up"],

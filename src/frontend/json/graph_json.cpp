@@ -363,9 +363,11 @@ WeightSource weight_source(const Model& m, const ParamSpec& param, const std::st
   TEC_USER_CHECK(it != m.weights->tensors.end(), at.context(op_name, op))
       << "weights file '" << m.weights->path << "' has no tensor '" << name << "' (needed by op at "
       << op_at.pointer << ")";
-  TEC_USER_CHECK(it->second.shape == param.shape, at.context(op_name, op))
+  const Shape& expected = param.full ? *param.full : param.shape;
+  TEC_USER_CHECK(it->second.shape == expected, at.context(op_name, op))
       << "weights file tensor '" << name << "' has shape " << it->second.shape.str() << ", expected "
-      << param.shape.str() << " (from the attrs at " << op_at.pointer << ")";
+      << expected.str() << " (from the attrs at " << op_at.pointer << (param.full ? "; the full tensor, which te-compile shards" : "")
+      << ")";
   src.kind = WeightSource::Kind::file;
   src.path = m.weights->path;
   src.tensor = name;
@@ -417,6 +419,7 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
   }
   const OpRegistry& registry = builtin_ops();
   const json& ops = m.doc["ops"];
+  bool marked_tensor_parallel = false;
   for (size_t i : m.op_order) {
     const Where at = root / "ops" / i;
     Node node;
@@ -433,6 +436,9 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
         node.attrs.values[key] = to_attr(value, spec == def.attrs.end() ? nullptr : &*spec, at / "attrs" / key, profile);
       }
     }
+    const bool tensor_parallel = node.op == "linear" && node.attrs.get_string("tp_mode", "none") != "none";
+    if (tensor_parallel && options.tp_size > 0) node.attrs.values["tp_size"] = options.tp_size;
+    marked_tensor_parallel = marked_tensor_parallel || tensor_parallel;
     check_and_default_attributes(def, node.attrs, ctx);
     for (const auto& in : ops[i]["inputs"]) node.inputs.push_back(*g.find_value(in.get<std::string>()));
     if (def.params) {
@@ -445,6 +451,9 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
         w.proto = TensorProto::dense(param.shape, param.dtype);
         w.proto.group_members = param.group_members;
         w.weight = weight_source(m, param, w.name, at, node.name, node.op);
+        if (param.full)
+          w.weight->shard = WeightSource::Shard{*param.full, param.shard_dim, param.full->dims[static_cast<size_t>(param.shard_dim)] /
+                                                                                  param.shape.dims[static_cast<size_t>(param.shard_dim)]};
         node.inputs.push_back(g.add_value(std::move(w)));
       }
     }
@@ -458,6 +467,10 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
     }
     g.add_node(std::move(node));
   }
+  TEC_USER_CHECK(options.tp_size <= 1 || marked_tensor_parallel, root.context())
+      << "--tp " << options.tp_size
+      << " shards the linears a graph marks with tp_mode \"column\" or \"row\" (TE's parallel_mode), and this graph marks "
+         "none; see examples/mlp_tp.json";
   for (const auto& out : m.doc["outputs"]) g.outputs.push_back(*g.find_value(out.get<std::string>()));
   verify(g);
   return g;

@@ -19,6 +19,9 @@ struct FrontendOptions {
   std::map<std::string, std::vector<int64_t>> dim_overrides;
   Mode mode = Mode::infer;
   Target target;
+  // te-compile --tp N: the tp_size of every linear the graph marks column- or row-parallel
+  // (TE's parallel_mode); 0 keeps the graph's.
+  int64_t tp_size = 0;
 };
 
 // One Graph per shape profile. `display_name` appears in error locations; weight files

@@ -1,0 +1,195 @@
+// The tensor_parallel pass (issue 24): what each rank's program holds, where the collectives
+// go, the shapes per rank, the errors for graphs a rank cannot compute on its slice, and the
+// plan format of every rank's constants.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "compiler.h"
+#include "plan/file.h"
+#include "plan/plan.h"
+#include "reference/executor.h"
+#include "test_util.h"
+
+namespace tec {
+
+namespace {
+
+// An MLP x -> fc1 (column) -> gelu -> fc2 (row), H=256, F=512, over `tp` ranks; the input has
+// the whole model's shape [64, 256].
+std::string tp_mlp(int tp, bool sequence_parallel, const std::string& between = R"({"name": "act", "op": "gelu", "inputs": ["fc1"]})",
+                   const std::string& x_shape = "[64, 256]") {
+  const std::string sp = sequence_parallel ? "true" : "false";
+  return R"({"inputs": [{"name": "x", "shape": )" + x_shape + R"(}], "ops": [
+    {"name": "fc1", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 512, "tp_mode": "column", "tp_size": )" +
+         std::to_string(tp) + R"(, "sequence_parallel": )" + sp + R"(}},
+    )" + between + R"(,
+    {"name": "fc2", "op": "linear", "inputs": ["act"], "attrs": {"in_features": 512, "out_features": 256, "tp_mode": "row", "tp_size": )" +
+         std::to_string(tp) + R"(, "sequence_parallel": )" + sp + R"(}}], "outputs": ["fc2"]})";
+}
+
+std::string compile_error(const std::string& text, FrontendOptions options = {}) {
+  const Error e = test::error_of([&] { (void)test::compile_text(text, options); });
+  return e.message();
+}
+
+}  // namespace
+
+TEST_CASE("tensor_parallel: each rank's shapes, for tp=2 and tp=4, with and without sequence parallelism") {
+  struct Case {
+    int tp;
+    bool sp;
+    Shape x, fc1_weight, fc1, fc2_weight, fc2;
+  };
+  const std::vector<Case> cases = {
+      {2, false, {64, 256}, {256, 256}, {64, 256}, {256, 256}, {64, 256}},
+      {4, false, {64, 256}, {128, 256}, {64, 128}, {256, 128}, {64, 256}},
+      {2, true, {32, 256}, {256, 256}, {64, 256}, {256, 256}, {32, 256}},  // x and y: this rank's tokens
+      {4, true, {16, 256}, {128, 256}, {64, 128}, {256, 128}, {16, 256}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.tp);
+    CAPTURE(c.sp);
+    for (auto recipe : {RecipeKind::bf16, RecipeKind::fp8_current}) {
+      const Graph g = test::compile_text(tp_mlp(c.tp, c.sp), test::with_recipe(recipe)).at(0);
+      CHECK(g.tp.size == c.tp);
+      CHECK(test::value_named(g, "x").proto.shape == c.x);
+      CHECK(test::value_named(g, "fc1.weight").proto.shape == c.fc1_weight);
+      CHECK(test::value_named(g, "fc1").proto.shape == c.fc1);
+      CHECK(test::value_named(g, "fc2.weight").proto.shape == c.fc2_weight);
+      CHECK(test::value_named(g, "fc2.bias").proto.shape == Shape({256}));  // whole, added after the reduction
+      CHECK(test::value_named(g, "fc2.partial").proto.shape == Shape({64, 256}));
+      CHECK(test::value_named(g, "fc2").proto.shape == c.fc2);
+      CHECK(test::node_named(g, "fc2").attrs.get_bool("bias", true) == false);
+      CHECK(test::node_named(g, "fc2.add_bias").op == "bias");
+      CHECK(g.tp.layouts.at("x") == (c.sp ? TpLayout::sequence : TpLayout::replicated));
+      CHECK(g.tp.layouts.at("fc2") == (c.sp ? TpLayout::sequence : TpLayout::replicated));
+      if (c.sp) {
+        CHECK(test::node_named(g, "fc1.all_gather").attrs.get_int("tp_size", 0) == c.tp);
+        CHECK(test::value_named(g, "fc1.gathered").proto.shape == Shape({64, 256}));
+        CHECK(test::node_named(g, "fc2.reduce_scatter").op == "reduce_scatter");
+      } else {
+        CHECK(!g.find_value("fc1.gathered"));
+        CHECK(test::node_named(g, "fc2.all_reduce").op == "all_reduce");
+      }
+      // The weights' sources are the whole tensors; each rank's constants its slice.
+      const auto& shard = *test::value_named(g, "fc2.weight").weight->shard;
+      CHECK(shard.full == Shape({256, 512}));
+      CHECK(shard.dim == 1);
+      CHECK(shard.parts == c.tp);
+    }
+  }
+}
+
+TEST_CASE("tensor_parallel: one rank leaves the graph as it is") {
+  const Graph g = test::compile_text(tp_mlp(1, true)).at(0);
+  CHECK(g.tp.size == 1);
+  CHECK(test::value_named(g, "x").proto.shape == Shape({64, 256}));
+  CHECK(!g.find_value("fc2.partial"));
+  CHECK(test::node_named(g, "fc2").attrs.get_bool("bias", false));
+}
+
+TEST_CASE("te-compile --tp N sets the group size of the marked linears; an unmarked graph is refused") {
+  FrontendOptions tp4;
+  tp4.tp_size = 4;
+  const Graph g = test::compile_text(tp_mlp(2, false), tp4).at(0);
+  CHECK(g.tp.size == 4);
+  CHECK(test::value_named(g, "fc1.weight").proto.shape == Shape({128, 256}));
+  const std::string plain = R"({"inputs": [{"name": "x", "shape": [64, 256]}], "ops": [
+    {"name": "fc1", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 512}}], "outputs": ["fc1"]})";
+  CHECK(compile_error(plain, tp4).find("marks none") != std::string::npos);
+}
+
+TEST_CASE("tensor_parallel refuses what a rank cannot compute on its slice, naming the node") {
+  // A norm over features split by the column-parallel linear.
+  std::string e = compile_error(tp_mlp(2, true, R"({"name": "act", "op": "rmsnorm", "inputs": ["fc1"], "attrs": {"hidden": 256}})"));
+  CHECK(e.find("op 'rmsnorm' reads 'fc1', split over its features") != std::string::npos);
+  // Tokens that do not divide over the ranks.
+  e = compile_error(tp_mlp(4, true, R"({"name": "act", "op": "gelu", "inputs": ["fc1"]})", "[30, 256]"));
+  CHECK(e.find("its 30 tokens do not divide") != std::string::npos);
+  // A row-parallel linear on a whole (replicated) input.
+  e = compile_error(R"({"inputs": [{"name": "x", "shape": [64, 256]}], "ops": [
+    {"name": "fc", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 64, "tp_mode": "row", "tp_size": 2}}],
+    "outputs": ["fc"]})");
+  CHECK(e.find("a row-parallel linear reads its input split over the features") != std::string::npos);
+  // Two group sizes, and sequence parallelism on one linear only.
+  std::string text = tp_mlp(2, false);
+  text.replace(text.rfind("\"tp_size\": 2"), 12, "\"tp_size\": 4");
+  CHECK(compile_error(text).find("differs from linear 'fc1''s 2") != std::string::npos);
+  text = tp_mlp(2, false);
+  text.replace(text.rfind("\"sequence_parallel\": false"), 26, "\"sequence_parallel\": true");
+  CHECK(compile_error(text).find("sequence_parallel differs") != std::string::npos);
+  // A gated activation whose halves do not split evenly over the ranks.
+  text = R"({"inputs": [{"name": "x", "shape": [64, 256]}], "ops": [
+    {"name": "gu", "op": "linear", "inputs": ["x"], "attrs": {"in_features": 256, "out_features": 100, "tp_mode": "column", "tp_size": 4}},
+    {"name": "act", "op": "swiglu", "inputs": ["gu"]}],
+    "outputs": ["act"]})";
+  const Error gated = test::error_of([&] { (void)test::compile_text(text); });
+  CHECK(gated.context().node == "gu");
+  CHECK(gated.message().find("must divide by 8") != std::string::npos);
+  // A mean over the tokens mixes them: not on a sequence-parallel slice.
+  e = compile_error(R"({"inputs": [{"name": "x", "shape": [64, 256]}], "ops": [
+    {"name": "mean", "op": "reduce_mean", "inputs": ["x"], "attrs": {"axes": [0]}},
+    {"name": "fc1", "op": "linear", "inputs": ["mean"], "attrs": {"in_features": 256, "out_features": 512, "tp_mode": "column", "tp_size": 2, "sequence_parallel": true}},
+    {"name": "fc2", "op": "linear", "inputs": ["fc1"], "attrs": {"in_features": 512, "out_features": 256, "tp_mode": "row", "tp_size": 2, "sequence_parallel": true}}],
+    "outputs": ["fc2"]})");
+  CHECK(e.find("op 'reduce_mean' mixes tokens") != std::string::npos);
+}
+
+TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collective steps; damage is caught") {
+  const auto path = (std::filesystem::temp_directory_path() / "tec_tp_unit.json").string();
+  std::ofstream(path) << tp_mlp(2, true);
+  CompileOptions options;
+  options.model_path = path;
+  options.frontend.recipe = RecipeKind::fp8_current;
+  const CompileResult r = compile(options);
+  REQUIRE(r.plan.has_value());
+  CHECK(r.plan->manifest["tp_size"] == 2);
+  CHECK(!r.profiles.at(0).gpu.supported);
+  CHECK(r.profiles.at(0).gpu.reason.find("tensor parallel over 2 ranks") != std::string::npos);
+  const auto bytes = plan::serialize_plan(r.plan->manifest, r.plan->blobs);
+  const plan::Plan p = plan::Plan::load(bytes, "tp.teplan");
+  CHECK(p.tp_size == 2);
+  CHECK(p.other_rank_constants.size() == 1);
+  CHECK(p.profiles.at(0).tp_layouts.at("x") == TpLayout::sequence);
+
+  auto load_error = [&](const std::function<void(nlohmann::json&, std::vector<plan::Blob>&)>& edit) {
+    nlohmann::json m = r.plan->manifest;
+    std::vector<plan::Blob> blobs = r.plan->blobs;
+    edit(m, blobs);
+    return test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, blobs), "hostile.teplan"); }).message();
+  };
+  auto drop_rank1 = [](nlohmann::json&, std::vector<plan::Blob>& blobs) {
+    std::erase_if(blobs, [](const plan::Blob& b) { return b.name == "constants.rank1"; });
+  };
+  CHECK(load_error(drop_rank1).find("needs blob 'constants.rank1'") != std::string::npos);
+  CHECK(load_error([](nlohmann::json&, std::vector<plan::Blob>& blobs) {
+          for (auto& b : blobs)
+            if (b.name == "constants.rank1") b.bytes = b.bytes.first(b.bytes.size() - 256);
+        }).find("every rank's constants have") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["tp_size"] = 1; }).find("collective step") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["profiles"][0]["tp_layouts"]["x"] = "diagonal"; })
+            .find("expected replicated, sequence or feature") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["profiles"][0]["tp_layouts"]["fc1.weight"] = "sequence"; })
+            .find("no input or output") != std::string::npos);
+  // A collective whose group is not the plan's: caught before a run.
+  nlohmann::json m = r.plan->manifest;
+  for (auto& s : m["profiles"][0]["steps"])
+    if (s["kind"] == "collective") s["ops"][0]["attrs"]["tp_size"] = 4;
+  const plan::Plan wrong = plan::Plan::load(plan::serialize_plan(m, r.plan->blobs), "hostile.teplan");
+  const Error e = test::error_of([&] { reference::RankGroup group(wrong, wrong.profiles.at(0)); });
+  CHECK(e.message().find("is not the plan's 2") != std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("--tp on an ONNX model is refused: ONNX marks no linear parallel") {
+  CompileOptions options;
+  options.model_path = test::source_dir() + "/examples/onnx/gpt_mlp.onnx";
+  options.frontend.tp_size = 2;
+  const Error e = test::error_of([&] { (void)compile(options); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK(e.message().find("tensor-parallel plans come from JSON graphs") != std::string::npos);
+}
+
+}  // namespace tec
