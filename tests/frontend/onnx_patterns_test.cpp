@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -317,6 +318,80 @@ TEST_CASE("a gated MLP whose gate and up projections differ in shape is named as
   CHECK_MESSAGE(std::string(e.what()).find("node 'gate_times_up' (Mul, opset 21): gated MLP: the gate projection ('gate_proj') maps 32 "
                                            "features to 64, the up projection ('up_proj') 32 to 48") != std::string::npos,
                 e.what());
+}
+
+namespace {
+
+// q, k, v [2, 4, 8, 16] -> scaled_dot_product_attention as torch.onnx spells it: q and k^T each
+// times sqrt(scale), MatMul, + mask, Softmax, MatMul v. `mask`: "" for none, "causal" for the
+// constant causal mask (0 and -inf), "ramp" for a constant mask that is not causal.
+std::string spelled_attention(const std::string& mask, const std::string& file) {
+  ModelBuilder b(18);
+  for (const char* in : {"q", "k", "v"}) b.input(in, {2, 4, 8, 16});
+  b.output("y", {2, 4, 8, 16});
+  b.floats("root_scale", {}, {std::sqrt(1.0f / std::sqrt(16.0f))});
+  b.node("Mul", {"q", "root_scale"}, "q_scaled", "scale_q");
+  auto* t = b.node("Transpose", {"k"}, "k_t", "k_transposed");
+  auto* perm = t->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t p : {0, 1, 3, 2}) perm->add_ints(p);
+  b.node("Mul", {"k_t", "root_scale"}, "k_scaled", "scale_k");
+  b.node("MatMul", {"q_scaled", "k_scaled"}, "scores", "qk");
+  std::string into_softmax = "scores";
+  if (!mask.empty()) {
+    std::vector<float> m(64);
+    for (int i = 0; i < 8; ++i)
+      for (int j = 0; j < 8; ++j) m[static_cast<size_t>(i * 8 + j)] = mask == "causal" ? (j > i ? -INFINITY : 0.0f) : -0.25f * static_cast<float>(j);
+    b.floats("mask", {1, 1, 8, 8}, m);
+    b.node("Add", {"scores", "mask"}, "masked", "add_mask");
+    into_softmax = "masked";
+  }
+  ModelBuilder::attr(b.node("Softmax", {into_softmax}, "probs", "softmax"), "axis", -1);
+  b.node("MatMul", {"probs", "v"}, "y", "pv");
+  return b.save(file);
+}
+
+}  // namespace
+
+TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes one attention; a constant causal mask its flag") {
+  struct Case {
+    std::string mask;
+    bool causal, additive;
+  };
+  for (const Case& c : {Case{"", false, false}, Case{"causal", true, false}, Case{"ramp", false, true}}) {
+    CAPTURE(c.mask);
+    const CompileResult r = compile_model(spelled_attention(c.mask, "sdpa_" + c.mask + ".onnx"), RecipeKind::bf16, "meta");
+    const Graph& g = r.profiles.at(0).graph;
+    int attention = 0, softmax_like = 0;
+    for (const Node& n : g.nodes) {
+      if (n.op == "attention") {
+        ++attention;
+        CHECK(n.attrs.get_int("heads", 0) == 4);
+        CHECK(n.attrs.get_int("head_dim", 0) == 16);
+        CHECK(n.attrs.get_float("scale", 0.0) == doctest::Approx(0.25).epsilon(1e-6));  // sqrt(s) * sqrt(s), s = 1/sqrt(16)
+        CHECK(n.attrs.get_bool("causal", false) == c.causal);
+        CHECK((n.inputs.size() == 4) == c.additive);
+      }
+      softmax_like += n.op == "matmul" || n.op == "binary" ? 1 : 0;
+    }
+    CHECK(attention == 1);
+    CHECK(softmax_like == 0);  // no MatMul or Mul of the spelling is left over
+    CHECK(test::value_named(g, "y").proto.shape == Shape({2, 4, 8, 16}));
+    const auto& report = r.onnx_nodes;
+    CHECK(std::any_of(report.begin(), report.end(), [](const auto& n) {
+      return n.node == "softmax" && n.became.find("MatMul/Softmax/MatMul attention -> attention") != std::string::npos;
+    }));
+  }
+  // A Softmax on its own is named.
+  ModelBuilder lone(18);
+  lone.input("x", {4, 8});
+  lone.output("y", {4, 8});
+  lone.node("Softmax", {"x"}, "y", "alone");
+  const Error e = test::error_of([&] { (void)compile_model(lone.save("softmax.onnx"), RecipeKind::bf16, "frontend"); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK(std::string(e.what()).find("node 'alone' (Softmax, opset 18): a Softmax outside attention's MatMul/Softmax/MatMul spelling") !=
+        std::string::npos);
 }
 
 }  // namespace tec

@@ -53,9 +53,13 @@ const std::vector<OnnxOpClaim> kClaims = {
                                     "only; or part of a norm pattern)"},
     {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops"},
     {"RMSNormalization", 23, 2, 2, {1}, "Scale constant"},
-    {"Attention", 23, 3, 7, {}, "3-D Q, K, V [batch, seq, heads x head_size] with q_num_heads and kv_num_heads (MHA, GQA, MQA; "
-                           "self or cross; V's head size may differ), is_causal, scale. Not yet: 4-D inputs, attn_mask, past "
-                           "key/value, nonpad_kv_seqlen, softcap, windows, the extra outputs. CPU reference only so far"},
+    {"Attention", 23, 3, 7, {}, "3-D Q, K, V [batch, seq, heads x head_size] with q_num_heads and kv_num_heads, or 4-D [batch, heads, "
+                           "seq, head_size] (MHA, GQA, MQA; self or cross; V's head size may differ), is_causal, scale, a float "
+                           "attn_mask (added to the scores). Not yet: a boolean attn_mask, past key/value, nonpad_kv_seqlen, "
+                           "softcap, windows, the extra outputs. CPU reference only so far"},
+    {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
+                         "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
+                         "attention (a constant causal mask becomes its causal flag)"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -103,7 +107,7 @@ struct Projection {
 };
 
 struct Group {
-  enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq } kind;
+  enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq, attention } kind;
   std::vector<int> members;
   int root = -1;
   std::string x;                // the pattern's run-time input
@@ -113,6 +117,11 @@ struct Group {
   std::string act;              // gated: "swiglu" or "geglu"
   double eps = 0;
   RecipeKind qdq_recipe = RecipeKind::bf16;
+  // attention: x is q; the keys, values, the additive mask ("" for none), and the constant
+  // scalars the scores are multiplied (or, second true, divided) by, read when emitting (a
+  // scale an exporter computes from shapes is constant only per profile).
+  std::string key, value, mask;
+  std::vector<std::pair<std::string, bool>> scales;
   std::string describe;         // for the report
 };
 
@@ -884,6 +893,90 @@ class Importer {
     add_group(std::move(g));
   }
 
+  // Perm of a Transpose that swaps the last two axes and keeps the others.
+  static bool swaps_last_two(const onnx::Node& t) {
+    const auto perm = attr_ints(t, "perm");
+    if (!perm || perm->size() < 2) return false;
+    const int64_t n = static_cast<int64_t>(perm->size());
+    for (int64_t i = 0; i < n - 2; ++i)
+      if ((*perm)[static_cast<size_t>(i)] != i) return false;
+    return (*perm)[static_cast<size_t>(n - 2)] == n - 1 && (*perm)[static_cast<size_t>(n - 1)] == n - 2;
+  }
+
+  // v = Mul(v', c) (either way round) by a constant, swallowed: v becomes v', c joins the scales.
+  void strip_constant_factor(std::string& v, Group& g) const {
+    const int m = producer_of(v);
+    if (m < 0 || !internal(v) || !is_op(m, "Mul")) return;
+    const auto& in = node(m).inputs;
+    for (int side = 0; side < 2; ++side)
+      if (is_constant(in[static_cast<size_t>(side)]) && !is_constant(in[static_cast<size_t>(1 - side)])) {
+        g.scales.emplace_back(in[static_cast<size_t>(side)], false);
+        g.members.push_back(m);
+        v = in[static_cast<size_t>(1 - side)];
+        return;
+      }
+  }
+
+  // scaled_dot_product_attention as exporters spell it (torch.onnx's decomposition, which
+  // scales q and k^T by sqrt(scale) each; Hugging Face's eager attention, which divides the
+  // scores): Softmax(MatMul(q [x c], Transpose(k) [x c]) [x or / c] [+ mask]) MatMul v, q, k, v
+  // [batch, heads, seq, head_dim] (or [batch x heads, seq, head_dim]) -> tec's attention.
+  void match_attention(int sm) {
+    const onnx::Node& softmax = node(sm);
+    const int64_t axis = attr_int(softmax, "axis", -1);
+    if (axis != -1 && axis != rank_of(softmax.inputs[0]) - 1) return;
+    const std::string probs = softmax.outputs[0];
+    const int pv = sole_consumer(probs, "MatMul");
+    if (pv < 0 || node(pv).inputs[0] != probs || is_constant(node(pv).inputs[1])) return;
+    Group g{.kind = Group::Kind::attention, .members = {sm, pv}, .root = pv};
+    g.value = node(pv).inputs[1];
+    std::string scores = softmax.inputs[0];
+    // + mask: the Add's other operand, beside the scores' chain.
+    if (const int add = producer_of(scores); add >= 0 && internal(scores) && is_op(add, "Add")) {
+      for (int side = 0; side < 2 && g.mask.empty(); ++side) {
+        const std::string chain = node(add).inputs[static_cast<size_t>(side)];
+        const int p = producer_of(chain);
+        if (p >= 0 && internal(chain) && (is_op(p, "MatMul") || is_op(p, "Mul") || is_op(p, "Div"))) {
+          g.mask = node(add).inputs[static_cast<size_t>(1 - side)];
+          scores = chain;
+        }
+      }
+      if (g.mask.empty()) return;
+      g.members.push_back(add);
+    }
+    // x c or / c after the MatMul.
+    if (const int m = producer_of(scores); m >= 0 && internal(scores) && (is_op(m, "Mul") || is_op(m, "Div"))) {
+      const auto& in = node(m).inputs;
+      const bool divide = node(m).op_type == "Div";
+      if (is_constant(in[1]) && !is_constant(in[0])) {
+        g.scales.emplace_back(in[1], divide);
+        scores = in[0];
+      } else if (!divide && is_constant(in[0]) && !is_constant(in[1])) {
+        g.scales.emplace_back(in[0], false);
+        scores = in[1];
+      } else {
+        return;
+      }
+      g.members.push_back(m);
+    }
+    const int qk = producer_of(scores);
+    if (qk < 0 || !internal(scores) || !is_op(qk, "MatMul")) return;
+    g.members.push_back(qk);
+    std::string q = node(qk).inputs[0], keys_t = node(qk).inputs[1];
+    strip_constant_factor(q, g);
+    strip_constant_factor(keys_t, g);
+    const int t = producer_of(keys_t);
+    if (t < 0 || !internal(keys_t) || !is_op(t, "Transpose") || !swaps_last_two(node(t))) return;
+    g.members.push_back(t);
+    std::string k = node(t).inputs[0];
+    strip_constant_factor(k, g);
+    if (is_constant(q) || is_constant(k)) return;
+    g.x = q;
+    g.key = k;
+    g.describe = "MatMul/Softmax/MatMul attention -> attention";
+    add_group(std::move(g));
+  }
+
   void find_patterns() {
     find_ranks();
     group_of_.assign(nodes_.size(), -1);
@@ -899,6 +992,7 @@ class Importer {
     each("Mul", &Importer::match_gated);
     each("MatMul", &Importer::match_linear_bias);
     each("QuantizeLinear", &Importer::match_qdq);
+    each("Softmax", &Importer::match_attention);
   }
 
   // Q/DQ pairs must feed GEMM inputs only, and then every GEMM's, since one recipe holds
@@ -1249,7 +1343,51 @@ class Importer {
         break;
       }
       case Group::Kind::qdq: e.runtime[out] = x; break;
+      case Group::Kind::attention: e.runtime[out] = emit_spelled_attention(e, grp, x, out); break;
     }
+  }
+
+  // Whether a constant mask is the causal one: [.., S, S] (leading dims 1), 0 on and below the
+  // diagonal, at most -1e4 above it (-inf, or the dtype's lowest: exp underflows to exactly 0
+  // there for any score below 9000, as a masked key's weight is).
+  static bool is_causal_mask(const Tensor& m, int64_t seq, int64_t seq_kv) {
+    if (m.dims.size() < 2 || seq != seq_kv || m.dims[m.dims.size() - 1] != seq || m.dims[m.dims.size() - 2] != seq) return false;
+    for (size_t d = 0; d + 2 < m.dims.size(); ++d)
+      if (m.dims[d] != 1) return false;
+    for (int64_t i = 0; i < seq; ++i)
+      for (int64_t j = 0; j < seq; ++j) {
+        const double v = m.at(static_cast<size_t>(i * seq + j));
+        if (j <= i ? v != 0.0 : !(v <= -1e4)) return false;
+      }
+    return true;
+  }
+
+  ValueId emit_spelled_attention(Env& e, const Group& grp, ValueId q, const std::string& out) {
+    const onnx::Node& root = node(grp.root);
+    const ErrorContext ctx = node_ctx(root);
+    const ValueId k = runtime(e, grp.key, root), v = runtime(e, grp.value, root);
+    double scale = 1.0;
+    for (const auto& [name, divide] : grp.scales) {
+      const Tensor& c = *e.consts.at(name);
+      TEC_UNSUPPORTED_CHECK(c.numel() == 1 && c.is_float(), ctx)
+          << "the attention's scores are scaled by constant '" << name << "', which is not one float";
+      scale = divide ? scale / c.at(0) : scale * c.at(0);
+    }
+    const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape;
+    TEC_UNSUPPORTED_CHECK(qs.rank() == 3 || qs.rank() == 4, ctx)
+        << "attention's q is " << qs.str() << "; tec takes [batch, heads, seq, head_dim] or [batch x heads, seq, head_dim]";
+    Attributes a;
+    a.values["scale"] = scale;
+    a.values["causal"] = false;
+    std::optional<ValueId> mask;
+    if (!grp.mask.empty()) {
+      const int64_t seq = qs[qs.rank() - 2], seq_kv = ks[ks.rank() - 2];
+      if (e.consts.count(grp.mask) && e.consts.at(grp.mask)->is_float() && is_causal_mask(*e.consts.at(grp.mask), seq, seq_kv))
+        a.values["causal"] = true;
+      else
+        mask = operand(e, grp.mask, e.g.value(q).proto.dtype, root);
+    }
+    return emit_attention_of(e, root, q, k, v, mask, a, out);
   }
 
   // Norm over the dims from `axis` on: reshaped to one last dim when there are several.
@@ -1434,7 +1572,7 @@ class Importer {
     TEC_UNSUPPORTED_CHECK(attr_float(n, "softcap", 0.0f) == 0.0f, ctx) << "softcap " << attr_float(n, "softcap", 0.0f);
     TEC_UNSUPPORTED_CHECK(attr_int(n, "qk_matmul_output_mode", 0) == 0, ctx)
         << "qk_matmul_output_mode " << attr_int(n, "qk_matmul_output_mode", 0);
-    ValueId q = runtime(e, n.inputs[0], n), k = runtime(e, n.inputs[1], n), v = runtime(e, n.inputs[2], n);
+    const ValueId q = runtime(e, n.inputs[0], n), k = runtime(e, n.inputs[1], n), v = runtime(e, n.inputs[2], n);
     // attn_mask: a float one is added to the scaled scores (tec's additive mask); a boolean one
     // (true: attend) is not taken yet.
     std::optional<ValueId> mask;
@@ -1447,61 +1585,74 @@ class Importer {
       mask = operand(e, n.inputs[3], e.g.value(q).proto.dtype, n);
     }
     const int64_t rank = static_cast<int64_t>(e.g.value(q).proto.shape.rank());
-    TEC_UNSUPPORTED_CHECK(rank == 3 || rank == 4, ctx) << "Q is " << e.g.value(q).proto.shape.str() << "; Attention takes 3-D or 4-D inputs";
+    Attributes a;
+    a.values["causal"] = attr_int(n, "is_causal", 0) != 0;
+    a.values["scale"] = static_cast<double>(attr_float(n, "scale", 0.0f));  // 0: 1 / sqrt(head_dim), ONNX's default too
+    const int64_t heads = attr_int(n, "q_num_heads", 0), kv_heads = attr_int(n, "kv_num_heads", 0);
+    if (rank == 4) {
+      // The heads come from the shapes; the attributes, if given, must agree.
+      const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape;
+      TEC_USER_CHECK((heads == 0 || heads == qs[1]) && (kv_heads == 0 || kv_heads == ks.dims.at(1)), ctx)
+          << "q_num_heads " << heads << " and kv_num_heads " << kv_heads << " disagree with Q " << qs.str() << " and K " << ks.str();
+    } else {
+      TEC_USER_CHECK(heads >= 1 && kv_heads >= 1, ctx)
+          << "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got " << heads << " and " << kv_heads;
+      a.values["heads"] = heads;
+      a.values["kv_heads"] = kv_heads;
+    }
+    e.runtime[n.outputs[0]] = emit_attention_of(e, n, q, k, v, mask, a, n.outputs[0]);
+  }
+
+  // tec's attention of q, k, v in ONNX's forms: 3-D [batch, seq, heads x head_dim] with the
+  // head counts in `a` (or, absent, one head: [batch x heads, seq, head_dim]), or 4-D [batch,
+  // heads, seq, head_dim], which becomes tec's 3-D form through a transpose and a reshape each
+  // way. `a` holds causal and scale; an optional additive mask broadcasts to [B, heads, S, S_kv].
+  ValueId emit_attention_of(Env& e, const onnx::Node& n, ValueId q, ValueId k, ValueId v, std::optional<ValueId> mask, Attributes a,
+                            const std::string& out) {
+    const ErrorContext ctx = node_ctx(n);
+    const int64_t rank = static_cast<int64_t>(e.g.value(q).proto.shape.rank());
+    TEC_UNSUPPORTED_CHECK(rank == 3 || rank == 4, ctx) << "Q is " << e.g.value(q).proto.shape.str() << "; attention takes 3-D or 4-D inputs";
     for (ValueId t : {k, v})
       TEC_USER_CHECK(static_cast<int64_t>(e.g.value(t).proto.shape.rank()) == rank, ctx)
           << "Q is " << rank << "-D and '" << e.g.value(t).name << "' is " << e.g.value(t).proto.shape.str() << "; all three have one rank";
-    int64_t heads = attr_int(n, "q_num_heads", 0), kv_heads = attr_int(n, "kv_num_heads", 0);
     if (rank == 4) {
-      // [batch, heads, seq, head_dim]: the heads come from the shapes (the attributes, if given,
-      // must agree), and each input becomes tec's [batch, seq, heads x head_dim] by a transpose
-      // and a reshape, the output the other way.
       const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape, &vs = e.g.value(v).proto.shape;
-      TEC_USER_CHECK((heads == 0 || heads == qs[1]) && (kv_heads == 0 || kv_heads == ks[1]), ctx)
-          << "q_num_heads " << heads << " and kv_num_heads " << kv_heads << " disagree with Q " << qs.str() << " and K " << ks.str();
       TEC_USER_CHECK(ks[1] == vs[1], ctx) << "K " << ks.str() << " and V " << vs.str() << " differ in their head count";
-      heads = qs[1];
-      kv_heads = ks[1];
+      a.values["heads"] = qs[1];
+      a.values["kv_heads"] = ks[1];
       auto to_bshd = [&](ValueId t, const std::string& suffix) {
         const Shape s = e.g.value(t).proto.shape;
         Attributes perm;
         perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
-        const ValueId moved = emit(e, n, "transpose", {t}, perm, {}, n.outputs[0] + "." + suffix + "_bshd");
-        return reshape_to(e, n, moved, {s[0], s[2], checked_mul(s[1], s[3])}, n.outputs[0] + "." + suffix + "_3d");
+        const ValueId moved = emit(e, n, "transpose", {t}, perm, {}, out + "." + suffix + "_bshd");
+        return reshape_to(e, n, moved, {s[0], s[2], checked_mul(s[1], s[3])}, out + "." + suffix + "_3d");
       };
       q = to_bshd(q, "q");
       k = to_bshd(k, "k");
       v = to_bshd(v, "v");
+    } else if (!a.has("heads")) {
+      a.values["heads"] = int64_t{1};
+      a.values["kv_heads"] = int64_t{1};
     }
+    const int64_t heads = a.get_int("heads", 1), kv_heads = a.get_int("kv_heads", 1);
     const Shape& q_shape = e.g.value(q).proto.shape;
-    TEC_USER_CHECK(heads >= 1 && kv_heads >= 1, ctx)
-        << "3-D Q, K and V need the attributes q_num_heads and kv_num_heads (>= 1), got " << heads << " and " << kv_heads;
     const Shape& v_shape = e.g.value(v).proto.shape;
     TEC_USER_CHECK(q_shape[2] % heads == 0, ctx) << "Q's last dim " << q_shape[2] << " is not a multiple of q_num_heads " << heads;
     TEC_USER_CHECK(v_shape.rank() == 3 && v_shape[2] % kv_heads == 0, ctx)
         << "V is " << v_shape.str() << "; its last dim must be a multiple of kv_num_heads " << kv_heads;
-    Attributes a;
-    a.values["heads"] = heads;
-    a.values["kv_heads"] = kv_heads;
     a.values["head_dim"] = q_shape[2] / heads;
     a.values["v_head_dim"] = v_shape[2] / kv_heads;
-    a.values["causal"] = attr_int(n, "is_causal", 0) != 0;
-    a.values["scale"] = static_cast<double>(attr_float(n, "scale", 0.0f));  // 0: 1 / sqrt(head_dim), ONNX's default too
     std::vector<ValueId> inputs{q, k, v};
     if (mask) {
       inputs.push_back(*mask);
       a.values["mask"] = std::string("additive");
     }
-    if (rank == 3) {
-      e.runtime[n.outputs[0]] = emit(e, n, "attention", inputs, a, {}, n.outputs[0]);
-      return;
-    }
-    const ValueId y = emit(e, n, "attention", inputs, a, {}, n.outputs[0] + ".bshd");
-    const int64_t v_head_dim = v_shape[2] / kv_heads;
-    const ValueId split = reshape_to(e, n, y, {q_shape[0], q_shape[1], heads, v_head_dim}, n.outputs[0] + ".heads");
+    if (rank == 3) return emit(e, n, "attention", inputs, a, {}, out);
+    const ValueId y = emit(e, n, "attention", inputs, a, {}, out + ".bshd");
+    const ValueId split = reshape_to(e, n, y, {q_shape[0], q_shape[1], heads, v_shape[2] / kv_heads}, out + ".heads");
     Attributes perm;
     perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
-    e.runtime[n.outputs[0]] = emit(e, n, "transpose", {split}, perm, {}, n.outputs[0]);
+    return emit(e, n, "transpose", {split}, perm, {}, out);
   }
 
   // One ONNX node that no pattern took.
@@ -1584,6 +1735,9 @@ class Importer {
     }
     if (op == "Unsqueeze")
       return reshape_node(with_context(node_ctx(n), [&] { return unsqueeze_dims(shape0().dims, as_ints(*e.consts.at(n.inputs[1]))); }));
+    if (op == "Softmax")
+      TEC_UNSUPPORTED(node_ctx(n)) << "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not "
+                                      "supported yet";
     if (op == "Transpose") {
       Attributes a;
       if (auto perm = attr_ints(n, "perm")) a.values["perm"] = *perm;
