@@ -325,17 +325,38 @@ namespace {
 // q, k, v [2, 4, 8, 16] -> scaled_dot_product_attention as torch.onnx spells it: q and k^T each
 // times sqrt(scale), MatMul, + mask, Softmax, MatMul v. `mask`: "" for none, "causal" for the
 // constant causal mask (0 and -inf), "ramp" for a constant mask that is not causal.
-std::string spelled_attention(const std::string& mask, const std::string& file) {
+// `flat`: q, k, v come as [2, 8, 64] and are split into 4 heads by Reshape + Transpose, and y
+// is merged back to [2, 8, 64], as exporters write attention inside a layer.
+std::string spelled_attention(const std::string& mask, const std::string& file, bool flat = false) {
   ModelBuilder b(18);
-  for (const char* in : {"q", "k", "v"}) b.input(in, {2, 4, 8, 16});
-  b.output("y", {2, 4, 8, 16});
+  auto perm_attr = [](::onnx::NodeProto* n, std::vector<int64_t> perm) {
+    auto* a = n->add_attribute();
+    a->set_name("perm");
+    a->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t p : perm) a->add_ints(p);
+  };
+  if (flat) {
+    b.g->add_initializer()->CopyFrom([] {
+      ::onnx::TensorProto t;
+      t.set_name("heads_shape");
+      t.set_data_type(::onnx::TensorProto::INT64);
+      t.add_dims(4);
+      for (int64_t d : {2, 8, 4, 16}) t.add_int64_data(d);
+      return t;
+    }());
+    for (const std::string in : {"q", "k", "v"}) {
+      b.input(in + "_flat", {2, 8, 64});
+      b.node("Reshape", {in + "_flat", "heads_shape"}, in + "_split", in + "_split");
+      perm_attr(b.node("Transpose", {in + "_split"}, in, in + "_heads"), {0, 2, 1, 3});
+    }
+    b.output("y", {2, 8, 64});
+  } else {
+    for (const char* in : {"q", "k", "v"}) b.input(in, {2, 4, 8, 16});
+    b.output("y", {2, 4, 8, 16});
+  }
   b.floats("root_scale", {}, {std::sqrt(1.0f / std::sqrt(16.0f))});
   b.node("Mul", {"q", "root_scale"}, "q_scaled", "scale_q");
-  auto* t = b.node("Transpose", {"k"}, "k_t", "k_transposed");
-  auto* perm = t->add_attribute();
-  perm->set_name("perm");
-  perm->set_type(::onnx::AttributeProto::INTS);
-  for (int64_t p : {0, 1, 3, 2}) perm->add_ints(p);
+  perm_attr(b.node("Transpose", {"k"}, "k_t", "k_transposed"), {0, 1, 3, 2});
   b.node("Mul", {"k_t", "root_scale"}, "k_scaled", "scale_k");
   b.node("MatMul", {"q_scaled", "k_scaled"}, "scores", "qk");
   std::string into_softmax = "scores";
@@ -348,7 +369,19 @@ std::string spelled_attention(const std::string& mask, const std::string& file) 
     into_softmax = "masked";
   }
   ModelBuilder::attr(b.node("Softmax", {into_softmax}, "probs", "softmax"), "axis", -1);
-  b.node("MatMul", {"probs", "v"}, "y", "pv");
+  b.node("MatMul", {"probs", "v"}, flat ? "y_heads" : "y", "pv");
+  if (flat) {
+    b.g->add_initializer()->CopyFrom([] {
+      ::onnx::TensorProto t;
+      t.set_name("flat_shape");
+      t.set_data_type(::onnx::TensorProto::INT64);
+      t.add_dims(3);
+      for (int64_t d : {2, 8, 0}) t.add_int64_data(d == 0 ? -1 : d);  // -1: inferred, as exporters often write
+      return t;
+    }());
+    perm_attr(b.node("Transpose", {"y_heads"}, "y_merged", "merge_heads"), {0, 2, 1, 3});
+    b.node("Reshape", {"y_merged", "flat_shape"}, "y", "merge");
+  }
   return b.save(file);
 }
 
@@ -383,6 +416,15 @@ TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes
       return n.node == "softmax" && n.became.find("MatMul/Softmax/MatMul attention -> attention") != std::string::npos;
     }));
   }
+  // Inside a layer: heads split from and merged back to [B, S, H x D], which tec's attention
+  // reads and writes as they are: nothing but the attention is left.
+  const CompileResult flat = compile_model(spelled_attention("causal", "sdpa_flat.onnx", true), RecipeKind::bf16, "meta");
+  const Graph& g = flat.profiles.at(0).graph;
+  REQUIRE(g.nodes.size() == 1);
+  CHECK(g.nodes[0].op == "attention");
+  CHECK(g.nodes[0].attrs.get_bool("causal", false));
+  CHECK(g.nodes[0].attrs.get_int("heads", 0) == 4);
+  CHECK(test::value_named(g, "y").proto.shape == Shape({2, 8, 64}));
   // A Softmax on its own is named.
   ModelBuilder lone(18);
   lone.input("x", {4, 8});

@@ -122,6 +122,12 @@ struct Group {
   // scale an exporter computes from shapes is constant only per profile).
   std::string key, value, mask;
   std::vector<std::pair<std::string, bool>> scales;
+  // attention whose q, k and v an exporter split into heads, Transpose(Reshape(flat, [B, S, H,
+  // D])): x, key and value are the flat [B, S, H x D] tensors tec's attention reads as they
+  // are, with these head counts and the Reshapes' shape constants (checked when emitting).
+  int64_t heads = 0, kv_heads = 0;  // 0: q, k and v are 4-D [B, H, S, D]
+  std::vector<std::string> split_shapes;
+  std::string merge_shape;  // the output merged back by Reshape(Transpose(y)) to this shape; "" if not
   std::string describe;         // for the report
 };
 
@@ -917,6 +923,28 @@ class Importer {
       }
   }
 
+  // v = Transpose(Reshape(flat, [B, S, H, D]), perm [0, 2, 1, 3]), both read only here, with a
+  // known shape constant: an exporter's split of [B, S, H x D] into heads.
+  struct HeadSplit {
+    std::string flat, shape;
+    int64_t heads;
+    std::vector<int> members;
+  };
+  std::optional<HeadSplit> head_split_of(const std::string& v) const {
+    const int t = producer_of(v);
+    if (t < 0 || !internal(v) || !is_op(t, "Transpose") || attr_ints(node(t), "perm") != std::vector<int64_t>{0, 2, 1, 3})
+      return std::nullopt;
+    const std::string split = node(t).inputs[0];
+    const int r = producer_of(split);
+    if (r < 0 || !internal(split) || !is_op(r, "Reshape") || node(r).inputs.size() < 2 || rank_of(node(r).inputs[0]) != 3)
+      return std::nullopt;
+    const auto shape = known_.find(node(r).inputs[1]);
+    if (shape == known_.end()) return std::nullopt;
+    const std::vector<int64_t> dims = as_ints(*shape->second);
+    if (dims.size() != 4 || dims[2] < 1) return std::nullopt;
+    return HeadSplit{node(r).inputs[0], node(r).inputs[1], dims[2], {t, r}};
+  }
+
   // scaled_dot_product_attention as exporters spell it (torch.onnx's decomposition, which
   // scales q and k^T by sqrt(scale) each; Hugging Face's eager attention, which divides the
   // scores): Softmax(MatMul(q [x c], Transpose(k) [x c]) [x or / c] [+ mask]) MatMul v, q, k, v
@@ -974,6 +1002,29 @@ class Importer {
     g.x = q;
     g.key = k;
     g.describe = "MatMul/Softmax/MatMul attention -> attention";
+    // Heads split from flat tensors on the way in, and merged on the way out: tec's attention
+    // reads and writes the flat [B, S, H x D] form, so those Transposes and Reshapes go too.
+    const auto sq = head_split_of(g.x), sk = head_split_of(g.key), sv = head_split_of(g.value);
+    if (sq && sk && sv) {
+      for (const HeadSplit* split : {&*sq, &*sk, &*sv}) {
+        g.members.insert(g.members.end(), split->members.begin(), split->members.end());
+        g.split_shapes.push_back(split->shape);
+      }
+      g.x = sq->flat;
+      g.key = sk->flat;
+      g.value = sv->flat;
+      g.heads = sq->heads;
+      g.kv_heads = sk->heads;
+      g.describe += " (heads split and merged in place)";
+    }
+    const int merge = sole_consumer(node(pv).outputs[0], "Transpose");
+    const int flatten = merge >= 0 ? sole_consumer(node(merge).outputs[0], "Reshape") : -1;
+    if (flatten >= 0 && attr_ints(node(merge), "perm") == std::vector<int64_t>{0, 2, 1, 3} && node(flatten).inputs.size() > 1 &&
+        known_.count(node(flatten).inputs[1]) && known_.at(node(flatten).inputs[1])->numel() == 3) {
+      g.members.insert(g.members.end(), {merge, flatten});
+      g.root = flatten;
+      g.merge_shape = node(flatten).inputs[1];
+    }
     add_group(std::move(g));
   }
 
@@ -1362,10 +1413,33 @@ class Importer {
     return true;
   }
 
+  // Whether reshaping [d0, d1, d2] by the ONNX shape `dims` (0 copies a dim, -1 is inferred)
+  // gives `want`.
+  static bool reshapes_to(const Shape& from, const std::vector<int64_t>& dims, const std::vector<int64_t>& want) {
+    if (dims.size() != want.size()) return false;
+    for (size_t i = 0; i < dims.size(); ++i) {
+      const int64_t d = dims[i] == 0 && i < from.rank() ? from[i] : dims[i];
+      if (d != -1 && d != want[i]) return false;
+    }
+    return true;
+  }
+
   ValueId emit_spelled_attention(Env& e, const Group& grp, ValueId q, const std::string& out) {
     const onnx::Node& root = node(grp.root);
     const ErrorContext ctx = node_ctx(root);
     const ValueId k = runtime(e, grp.key, root), v = runtime(e, grp.value, root);
+    if (grp.heads > 0) {
+      // The Reshapes this replaces must have split [B, S, H x D] into [B, S, H, D].
+      const ValueId flats[3] = {q, k, v};
+      const int64_t heads[3] = {grp.heads, grp.kv_heads, grp.kv_heads};
+      for (int i = 0; i < 3; ++i) {
+        const Shape& f = e.g.value(flats[i]).proto.shape;
+        const std::vector<int64_t> dims = as_ints(*e.consts.at(grp.split_shapes[static_cast<size_t>(i)]));
+        TEC_UNSUPPORTED_CHECK(f.rank() == 3 && f[2] % heads[i] == 0 && reshapes_to(f, dims, {f[0], f[1], heads[i], f[2] / heads[i]}), ctx)
+            << "attention's heads are split from '" << e.g.value(flats[i]).name << "' " << f.str() << " by a Reshape that is not "
+            << "[batch, seq, heads, head_dim]";
+      }
+    }
     double scale = 1.0;
     for (const auto& [name, divide] : grp.scales) {
       const Tensor& c = *e.consts.at(name);
@@ -1387,7 +1461,27 @@ class Importer {
       else
         mask = operand(e, grp.mask, e.g.value(q).proto.dtype, root);
     }
-    return emit_attention_of(e, root, q, k, v, mask, a, out);
+    if (grp.heads > 0) {
+      a.values["heads"] = grp.heads;
+      a.values["kv_heads"] = grp.kv_heads;
+    }
+    if (grp.merge_shape.empty()) {
+      if (grp.heads == 0) return emit_attention_of(e, root, q, k, v, mask, a, out);
+      // Flat in, 4-D [B, H, S, Dv] out: the attention's [B, S, H x Dv], split into heads.
+      const ValueId y = emit_attention_of(e, root, q, k, v, mask, a, out + ".flat");
+      const Shape ys = e.g.value(y).proto.shape;
+      const ValueId split = reshape_to(e, root, y, {ys[0], ys[1], grp.heads, ys[2] / grp.heads}, out + ".heads");
+      Attributes perm;
+      perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
+      return emit(e, root, "transpose", {split}, perm, {}, out);
+    }
+    // The heads merged back: tec's attention makes [B, S, H x Dv], what Transpose + Reshape make
+    // of [B, H, S, Dv], so its output is the Reshape's.
+    const ValueId y = emit_attention_of(e, root, q, k, v, mask, a, out, true);
+    const Shape& ys = e.g.value(y).proto.shape;
+    TEC_UNSUPPORTED_CHECK(reshapes_to(ys, as_ints(*e.consts.at(grp.merge_shape)), ys.dims), ctx)
+        << "attention's heads are merged by a Reshape to a shape other than [batch, seq, heads x head_dim] " << ys.str();
+    return y;
   }
 
   // Norm over the dims from `axis` on: reshaped to one last dim when there are several.
@@ -1606,9 +1700,10 @@ class Importer {
   // tec's attention of q, k, v in ONNX's forms: 3-D [batch, seq, heads x head_dim] with the
   // head counts in `a` (or, absent, one head: [batch x heads, seq, head_dim]), or 4-D [batch,
   // heads, seq, head_dim], which becomes tec's 3-D form through a transpose and a reshape each
-  // way. `a` holds causal and scale; an optional additive mask broadcasts to [B, heads, S, S_kv].
+  // way (the output stays 3-D with `flat_output`). `a` holds causal and scale; an optional
+  // additive mask broadcasts to [B, heads, S, S_kv].
   ValueId emit_attention_of(Env& e, const onnx::Node& n, ValueId q, ValueId k, ValueId v, std::optional<ValueId> mask, Attributes a,
-                            const std::string& out) {
+                            const std::string& out, bool flat_output = false) {
     const ErrorContext ctx = node_ctx(n);
     const int64_t rank = static_cast<int64_t>(e.g.value(q).proto.shape.rank());
     TEC_UNSUPPORTED_CHECK(rank == 3 || rank == 4, ctx) << "Q is " << e.g.value(q).proto.shape.str() << "; attention takes 3-D or 4-D inputs";
@@ -1647,7 +1742,7 @@ class Importer {
       inputs.push_back(*mask);
       a.values["mask"] = std::string("additive");
     }
-    if (rank == 3) return emit(e, n, "attention", inputs, a, {}, out);
+    if (rank == 3 || flat_output) return emit(e, n, "attention", inputs, a, {}, out);
     const ValueId y = emit(e, n, "attention", inputs, a, {}, out + ".bshd");
     const ValueId split = reshape_to(e, n, y, {q_shape[0], q_shape[1], heads, v_shape[2] / kv_heads}, out + ".heads");
     Attributes perm;
