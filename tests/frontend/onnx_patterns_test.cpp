@@ -436,6 +436,58 @@ TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes
         std::string::npos);
 }
 
+TEST_CASE("Hugging Face's rotary embedding spelled with Slice/Neg/Concat becomes rope, its theta found from the tables") {
+  // Tables that are no rope's are named.
+  for (const bool rope_tables : {true, false}) {
+    CAPTURE(rope_tables);
+    ModelBuilder r(18);
+    r.input("x", {2, 4, 8, 16});
+    r.output("y", {2, 4, 8, 16});
+    std::vector<float> cos_table, sin_table;
+    for (int p = 0; p < 8; ++p)
+      for (int i = 0; i < 16; ++i) {
+        const double angle = p * std::pow(500000.0, -2.0 * (i % 8) / 16.0) * (rope_tables ? 1.0 : 1.0 + 0.1 * i);
+        cos_table.push_back(static_cast<float>(std::cos(angle)));
+        sin_table.push_back(static_cast<float>(std::sin(angle)));
+      }
+    r.floats("cos", {1, 1, 8, 16}, cos_table);
+    r.floats("sin", {1, 1, 8, 16}, sin_table);
+    auto ints = [&](const std::string& name, int64_t v) {
+      auto* t = r.g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(::onnx::TensorProto::INT64);
+      t->add_dims(1);
+      t->add_int64_data(v);
+    };
+    ints("zero", 0);
+    ints("half", 8);
+    ints("end", 16);
+    ints("axis", -1);
+    r.node("Slice", {"x", "zero", "half", "axis"}, "x1", "x1");
+    r.node("Slice", {"x", "half", "end", "axis"}, "x2", "x2");
+    r.node("Neg", {"x2"}, "neg", "neg");
+    ModelBuilder::attr(r.node("Concat", {"neg", "x1"}, "rotated", "rotate_half"), "axis", -1);
+    r.node("Mul", {"x", "cos"}, "x_cos", "times_cos");
+    r.node("Mul", {"rotated", "sin"}, "x_sin", "times_sin");
+    r.node("Add", {"x_cos", "x_sin"}, "y", "rope");
+    const std::string path = r.save(rope_tables ? "rope.onnx" : "not_rope.onnx");
+    if (!rope_tables) {
+      const Error e = test::error_of([&] { (void)compile_model(path, RecipeKind::bf16, "meta"); });
+      CHECK(e.kind() == ErrorKind::unsupported);
+      CHECK(std::string(e.what()).find("node 'rope' (Add, opset 18): the rotary embedding's tables are not rope's for theta") !=
+            std::string::npos);
+      continue;
+    }
+    const CompileResult roped = compile_model(path, RecipeKind::bf16, "meta");
+    const auto& nodes = roped.profiles.at(0).graph.nodes;
+    const auto rope = std::find_if(nodes.begin(), nodes.end(), [](const Node& n) { return n.op == "rope"; });
+    REQUIRE(rope != nodes.end());
+    CHECK(rope->attrs.get_float("theta", 0.0) == 500000.0);
+    CHECK(rope->attrs.get_int("heads", 0) == 4);
+    CHECK(rope->attrs.get_int("head_dim", 0) == 16);
+  }
+}
+
 }  // namespace tec
 
 namespace tec {

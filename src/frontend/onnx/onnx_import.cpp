@@ -57,6 +57,9 @@ const std::vector<OnnxOpClaim> kClaims = {
                            "seq, head_size] (MHA, GQA, MQA; self or cross; V's head size may differ), is_causal, scale, a float "
                            "attn_mask (added to the scores). Not yet: a boolean attn_mask, past key/value, nonpad_kv_seqlen, "
                            "softcap, windows, the extra outputs. CPU reference only so far"},
+    {"Slice", 13, 3, 5, {1, 2, 3, 4}, "only as rotate_half in the rotary embedding exporters write for Hugging Face's "
+                        "apply_rotary_pos_emb: x cos + cat(-x[..., D/2:], x[..., :D/2]) sin, the cos and sin tables "
+                        "constants of the positions 0..S-1 -> tec's rope (half style; theta found from the tables)"},
     {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
                          "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
                          "attention (a constant causal mask becomes its causal flag)"},
@@ -71,7 +74,8 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Constant", 13, 0, 0, {}, ""},
     {"Shape", 13, 1, 1, {}, "folded: tec fixes every shape per profile"},
     {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
-    {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic)"},
+    {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
+                                             "rotary embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
                                    "chooses the recipe: a scalar scale fp8-static (the model's scales kept), block_size 128 "
                                    "fp8-block, block_size 32 with E8M0 scales mxfp8 (scales computed at run time)"},
@@ -107,12 +111,12 @@ struct Projection {
 };
 
 struct Group {
-  enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq, attention } kind;
+  enum class Kind : uint8_t { linear_bias, gelu, silu, gated, layernorm, rmsnorm, qdq, attention, rope } kind;
   std::vector<int> members;
   int root = -1;
   std::string x;                // the pattern's run-time input
   std::string approximate;      // gelu: "tanh" or "none"
-  std::string weight, bias;     // constants: linear weight/bias, norm gamma/beta (may be empty)
+  std::string weight, bias;     // constants: linear weight/bias, norm gamma/beta (may be empty); rope: cos, sin tables
   Projection gate, up;          // gated: the two projections
   std::string act;              // gated: "swiglu" or "geglu"
   double eps = 0;
@@ -144,6 +148,7 @@ class Importer {
     find_constants();
     fold_known_constants();
     find_patterns();
+    check_pattern_only_ops();
     check_qdq_placement();
     throw_problems();
     OnnxImport result;
@@ -372,8 +377,22 @@ class Importer {
           problem(n, "input " + std::to_string(slot) + " ('" + n.inputs[s] +
                          "') must be a constant (an initializer, or computed from constants) for tec");
       }
-      if ((n.op_type == "Gather" || n.op_type == "Concat") && !constant_node_[static_cast<size_t>(n.index)])
-        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape");
+    }
+  }
+
+  // Ops tec takes only inside a pattern, or (Gather, Concat) where they compute constants:
+  // after find_patterns, each one left on run-time values is named.
+  void check_pattern_only_ops() {
+    for (const onnx::Node& n : nodes_) {
+      const auto i = static_cast<size_t>(n.index);
+      if (constant_node_[i] || group_of_[i] >= 0 || !n.domain.empty()) continue;
+      if (n.op_type == "Gather" || n.op_type == "Concat")
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape" +
+                       (n.op_type == "Concat" ? " or in the rotary embedding's rotate_half" : ""));
+      else if (n.op_type == "Softmax")
+        problem(n, "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not supported yet");
+      else if (n.op_type == "Slice")
+        problem(n, "a Slice outside the rotary embedding's rotate_half (te-compile --onnx-ops) is not supported yet");
     }
   }
 
@@ -1028,6 +1047,58 @@ class Importer {
     add_group(std::move(g));
   }
 
+  // The constant ints of a Slice's input `i` (starts, ends, axes, steps); nullopt if absent or
+  // not known.
+  std::optional<std::vector<int64_t>> slice_input(int slice, size_t i) const {
+    const auto& in = node(slice).inputs;
+    if (i >= in.size() || in[i].empty()) return std::nullopt;
+    const auto it = known_.find(in[i]);
+    if (it == known_.end()) return std::nullopt;
+    return as_ints(*it->second);
+  }
+
+  // Slice of the last axis, [start, end) with step 1: (start, end), or nullopt.
+  std::optional<std::pair<int64_t, int64_t>> last_axis_slice(int slice) const {
+    const auto starts = slice_input(slice, 1), ends = slice_input(slice, 2), axes = slice_input(slice, 3), steps = slice_input(slice, 4);
+    const int64_t rank = rank_of(node(slice).inputs[0]);
+    if (!starts || !ends || starts->size() != 1 || ends->size() != 1 || !axes || axes->size() != 1) return std::nullopt;
+    if ((*axes)[0] != -1 && (*axes)[0] != rank - 1) return std::nullopt;
+    if (steps && (steps->size() != 1 || (*steps)[0] != 1)) return std::nullopt;
+    return std::make_pair((*starts)[0], (*ends)[0]);
+  }
+
+  // Hugging Face's apply_rotary_pos_emb: x cos + rotate_half(x) sin, rotate_half(x) =
+  // Concat(Neg(x[..., h:]), x[..., :h]) on the last axis, cos and sin constant tables (checked
+  // to be rope's when emitting).
+  void match_rope(int cat) {
+    const onnx::Node& c = node(cat);
+    if (c.inputs.size() != 2 || (attr_int(c, "axis", 0) != -1 && attr_int(c, "axis", 0) != rank_of(c.inputs[0]) - 1)) return;
+    const int neg = producer_of(c.inputs[0]), low = producer_of(c.inputs[1]);
+    if (neg < 0 || low < 0 || !internal(c.inputs[0]) || !internal(c.inputs[1]) || !is_op(neg, "Neg") || !is_op(low, "Slice")) return;
+    const std::string high_out = node(neg).inputs[0];
+    const int high = producer_of(high_out);
+    if (high < 0 || !internal(high_out) || !is_op(high, "Slice")) return;
+    const std::string x = node(low).inputs[0];
+    if (node(high).inputs[0] != x || is_constant(x)) return;
+    const auto lo = last_axis_slice(low), hi = last_axis_slice(high);
+    if (!lo || !hi || lo->first != 0 || lo->second != hi->first || lo->second < 1) return;
+    // x sin: the Mul of the rotated half by a constant; x cos: the Add's other operand.
+    const int by_sin = sole_consumer(c.outputs[0], "Mul");
+    if (by_sin < 0) return;
+    const std::string sin = other_input(by_sin, c.outputs[0]);
+    if (!is_constant(sin)) return;
+    const int add = sole_consumer(node(by_sin).outputs[0], "Add");
+    if (add < 0) return;
+    const std::string x_cos = other_input(add, node(by_sin).outputs[0]);
+    const int by_cos = producer_of(x_cos);
+    if (by_cos < 0 || !internal(x_cos) || !is_op(by_cos, "Mul")) return;
+    const std::string cos = other_input(by_cos, x);
+    if (cos.empty() || !is_constant(cos)) return;
+    add_group(Group{.kind = Group::Kind::rope, .members = {high, low, neg, cat, by_sin, by_cos, add}, .root = add, .x = x,
+                    .weight = cos, .bias = sin, .eps = static_cast<double>(lo->second),
+                    .describe = "rotate_half rotary embedding (Slice/Neg/Concat, cos and sin tables) -> rope"});
+  }
+
   void find_patterns() {
     find_ranks();
     group_of_.assign(nodes_.size(), -1);
@@ -1043,6 +1114,7 @@ class Importer {
     each("Mul", &Importer::match_gated);
     each("MatMul", &Importer::match_linear_bias);
     each("QuantizeLinear", &Importer::match_qdq);
+    each("Concat", &Importer::match_rope);
     each("Softmax", &Importer::match_attention);
   }
 
@@ -1395,6 +1467,7 @@ class Importer {
       }
       case Group::Kind::qdq: e.runtime[out] = x; break;
       case Group::Kind::attention: e.runtime[out] = emit_spelled_attention(e, grp, x, out); break;
+      case Group::Kind::rope: e.runtime[out] = emit_spelled_rope(e, grp, x, out); break;
     }
   }
 
@@ -1422,6 +1495,64 @@ class Importer {
       if (d != -1 && d != want[i]) return false;
     }
     return true;
+  }
+
+  // The rope of x [B, H, S, D] (or [B, S, D], one head) whose cos and sin tables the model
+  // holds: theta is found from the tables (cos of position 1, pair 1), and every entry must
+  // then be rope's (positions 0..S-1, pair i of the half style at channels i and i + D/2,
+  // within 2^-7 of the value: a bf16 model's tables are rounded).
+  ValueId emit_spelled_rope(Env& e, const Group& grp, ValueId x, const std::string& out) {
+    const onnx::Node& root = node(grp.root);
+    const ErrorContext ctx = node_ctx(root);
+    const Shape xs = e.g.value(x).proto.shape;
+    TEC_UNSUPPORTED_CHECK(xs.rank() == 3 || xs.rank() == 4, ctx) << "the rotary embedding's input is " << xs.str()
+                                                                 << "; tec takes [batch, heads, seq, head_dim] or [batch, seq, head_dim]";
+    const int64_t d = xs[xs.rank() - 1], seq = xs[xs.rank() - 2], half = static_cast<int64_t>(grp.eps);
+    TEC_UNSUPPORTED_CHECK(half * 2 == d && d >= 4, ctx) << "rotate_half splits the head at " << half << " of " << d
+                                                        << "; tec's rope rotates the whole head (rotary_dim = head_dim)";
+    const Tensor &cos = *e.consts.at(grp.weight), &sin = *e.consts.at(grp.bias);
+    auto table_fits = [&](const Tensor& t) {
+      if (t.numel() != seq * d || t.dims.size() < 2 || t.dims.back() != d || t.dims[t.dims.size() - 2] != seq) return false;
+      return true;
+    };
+    TEC_UNSUPPORTED_CHECK(table_fits(cos) && table_fits(sin) && cos.is_float() && sin.is_float(), ctx)
+        << "the rotary embedding's cos and sin tables must be [seq, head_dim] = [" << seq << ", " << d
+        << "] (leading dims 1), one row per position";
+    // Pair 1's frequency theta^(-2/D) is the angle of position 1.
+    const double frequency = seq > 1 ? std::atan2(sin.at(static_cast<size_t>(d + 1)), cos.at(static_cast<size_t>(d + 1))) : 0.0;
+    TEC_UNSUPPORTED_CHECK(seq > 1 && frequency > 0.0 && frequency < 1.0, ctx)
+        << "the rotary embedding's tables give no frequency to find theta from (need two positions or more)";
+    double theta = std::pow(frequency, -static_cast<double>(d) / 2.0);
+    // Tables of float precision give theta to about 1e-6 of itself: a whole number that close
+    // is the model's (10000, 500000).
+    if (std::fabs(theta - std::round(theta)) <= 1e-5 * theta) theta = std::round(theta);
+    for (int64_t p = 0; p < seq; ++p)
+      for (int64_t i = 0; i < d; ++i) {
+        const double angle = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
+        const size_t at = static_cast<size_t>(p * d + i);
+        const double tolerance = 1.0 / 128.0;
+        TEC_UNSUPPORTED_CHECK(std::fabs(cos.at(at) - std::cos(angle)) <= tolerance && std::fabs(sin.at(at) - std::sin(angle)) <= tolerance,
+                              ctx)
+            << "the rotary embedding's tables are not rope's for theta " << theta << " at position " << p << ", channel " << i
+            << " (positions must be 0..S-1, both halves of a head alike)";
+      }
+    Attributes a;
+    a.values["head_dim"] = d;
+    a.values["theta"] = theta;
+    a.values["style"] = std::string("half");
+    if (xs.rank() == 3) {
+      a.values["heads"] = int64_t{1};
+      return emit(e, root, "rope", {x}, a, {}, out);
+    }
+    // [B, H, S, D] -> tec's [B, S, H x D] and back.
+    a.values["heads"] = xs[1];
+    Attributes perm;
+    perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
+    const ValueId moved = emit(e, root, "transpose", {x}, perm, {}, out + ".bshd");
+    const ValueId flat = reshape_to(e, root, moved, {xs[0], seq, checked_mul(xs[1], d)}, out + ".flat");
+    const ValueId turned = emit(e, root, "rope", {flat}, a, {}, out + ".rope");
+    const ValueId split = reshape_to(e, root, turned, {xs[0], seq, xs[1], d}, out + ".heads");
+    return emit(e, root, "transpose", {split}, perm, {}, out);
   }
 
   ValueId emit_spelled_attention(Env& e, const Group& grp, ValueId q, const std::string& out) {
@@ -1830,9 +1961,6 @@ class Importer {
     }
     if (op == "Unsqueeze")
       return reshape_node(with_context(node_ctx(n), [&] { return unsqueeze_dims(shape0().dims, as_ints(*e.consts.at(n.inputs[1]))); }));
-    if (op == "Softmax")
-      TEC_UNSUPPORTED(node_ctx(n)) << "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not "
-                                      "supported yet";
     if (op == "Transpose") {
       Attributes a;
       if (auto perm = attr_ints(n, "perm")) a.values["perm"] = *perm;
