@@ -385,6 +385,38 @@ std::string spelled_attention(const std::string& mask, const std::string& file, 
   return b.save(file);
 }
 
+// Hugging Face's apply_rotary_pos_emb on x [2, 4, 8, 16] into y, as exported: theta 500000,
+// or (rope_tables false) tables whose angles grow faster than rope's.
+void add_rope_spelling(ModelBuilder& r, const std::string& x, const std::string& y, bool rope_tables) {
+  std::vector<float> cos_table, sin_table;
+  for (int p = 0; p < 8; ++p)
+    for (int i = 0; i < 16; ++i) {
+      const double angle = p * std::pow(500000.0, -2.0 * (i % 8) / 16.0) * (rope_tables ? 1.0 : 1.0 + 0.1 * i);
+      cos_table.push_back(static_cast<float>(std::cos(angle)));
+      sin_table.push_back(static_cast<float>(std::sin(angle)));
+    }
+  r.floats("cos", {1, 1, 8, 16}, cos_table);
+  r.floats("sin", {1, 1, 8, 16}, sin_table);
+  auto ints = [&](const std::string& name, int64_t v) {
+    auto* t = r.g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::INT64);
+    t->add_dims(1);
+    t->add_int64_data(v);
+  };
+  ints("zero", 0);
+  ints("half", 8);
+  ints("end", 16);
+  ints("axis", -1);
+  r.node("Slice", {x, "zero", "half", "axis"}, "x1", "x1");
+  r.node("Slice", {x, "half", "end", "axis"}, "x2", "x2");
+  r.node("Neg", {"x2"}, "neg", "neg");
+  ModelBuilder::attr(r.node("Concat", {"neg", "x1"}, "rotated", "rotate_half"), "axis", -1);
+  r.node("Mul", {x, "cos"}, "x_cos", "times_cos");
+  r.node("Mul", {"rotated", "sin"}, "x_sin", "times_sin");
+  r.node("Add", {"x_cos", "x_sin"}, y, "rope");
+}
+
 }  // namespace
 
 TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes one attention; a constant causal mask its flag") {
@@ -443,33 +475,7 @@ TEST_CASE("Hugging Face's rotary embedding spelled with Slice/Neg/Concat becomes
     ModelBuilder r(18);
     r.input("x", {2, 4, 8, 16});
     r.output("y", {2, 4, 8, 16});
-    std::vector<float> cos_table, sin_table;
-    for (int p = 0; p < 8; ++p)
-      for (int i = 0; i < 16; ++i) {
-        const double angle = p * std::pow(500000.0, -2.0 * (i % 8) / 16.0) * (rope_tables ? 1.0 : 1.0 + 0.1 * i);
-        cos_table.push_back(static_cast<float>(std::cos(angle)));
-        sin_table.push_back(static_cast<float>(std::sin(angle)));
-      }
-    r.floats("cos", {1, 1, 8, 16}, cos_table);
-    r.floats("sin", {1, 1, 8, 16}, sin_table);
-    auto ints = [&](const std::string& name, int64_t v) {
-      auto* t = r.g->add_initializer();
-      t->set_name(name);
-      t->set_data_type(::onnx::TensorProto::INT64);
-      t->add_dims(1);
-      t->add_int64_data(v);
-    };
-    ints("zero", 0);
-    ints("half", 8);
-    ints("end", 16);
-    ints("axis", -1);
-    r.node("Slice", {"x", "zero", "half", "axis"}, "x1", "x1");
-    r.node("Slice", {"x", "half", "end", "axis"}, "x2", "x2");
-    r.node("Neg", {"x2"}, "neg", "neg");
-    ModelBuilder::attr(r.node("Concat", {"neg", "x1"}, "rotated", "rotate_half"), "axis", -1);
-    r.node("Mul", {"x", "cos"}, "x_cos", "times_cos");
-    r.node("Mul", {"rotated", "sin"}, "x_sin", "times_sin");
-    r.node("Add", {"x_cos", "x_sin"}, "y", "rope");
+    add_rope_spelling(r, "x", "y", rope_tables);
     const std::string path = r.save(rope_tables ? "rope.onnx" : "not_rope.onnx");
     if (!rope_tables) {
       const Error e = test::error_of([&] { (void)compile_model(path, RecipeKind::bf16, "meta"); });
@@ -486,6 +492,29 @@ TEST_CASE("Hugging Face's rotary embedding spelled with Slice/Neg/Concat becomes
     CHECK(rope->attrs.get_int("heads", 0) == 4);
     CHECK(rope->attrs.get_int("head_dim", 0) == 16);
   }
+  // Heads split from a flat [2, 8, 64] just before: rope reads the flat tensor, and the split
+  // it read around is gone from the graph (the report says so).
+  ModelBuilder split(18);
+  split.input("x_flat", {2, 8, 64});
+  split.output("y", {2, 4, 8, 16});
+  auto* shape = split.g->add_initializer();
+  shape->set_name("heads_shape");
+  shape->set_data_type(::onnx::TensorProto::INT64);
+  shape->add_dims(4);
+  for (int64_t d : {2, 8, 4, 16}) shape->add_int64_data(d);
+  split.node("Reshape", {"x_flat", "heads_shape"}, "x_split", "split_heads");
+  auto* turn = split.node("Transpose", {"x_split"}, "x", "heads_first");
+  auto* perm = turn->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t p : {0, 2, 1, 3}) perm->add_ints(p);
+  add_rope_spelling(split, "x", "y", true);
+  const CompileResult flat = compile_model(split.save("rope_after_split.onnx"), RecipeKind::bf16, "meta");
+  std::vector<std::string> ops;
+  for (const Node& n : flat.profiles.at(0).graph.nodes) ops.push_back(n.op);
+  CHECK(ops == std::vector<std::string>{"rope", "reshape", "transpose"});  // y stays [B, H, S, D]
+  for (const auto& n : flat.onnx_nodes)
+    if (n.node == "split_heads" || n.node == "heads_first") CHECK(n.became.find("read by no one") != std::string::npos);
 }
 
 }  // namespace tec

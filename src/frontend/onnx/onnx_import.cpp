@@ -1548,9 +1548,10 @@ class Importer {
     a.values["heads"] = xs[1];
     Attributes perm;
     perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
-    const ValueId moved = emit(e, root, "transpose", {x}, perm, {}, out + ".bshd");
-    const ValueId flat = reshape_to(e, root, moved, {xs[0], seq, checked_mul(xs[1], d)}, out + ".flat");
-    const ValueId turned = emit(e, root, "rope", {flat}, a, {}, out + ".rope");
+    std::optional<ValueId> flat = flat_before_heads(e, x);
+    if (!flat) flat = reshape_to(e, root, emit(e, root, "transpose", {x}, perm, {}, out + ".bshd"), {xs[0], seq, checked_mul(xs[1], d)},
+                                 out + ".flat");
+    const ValueId turned = emit(e, root, "rope", {*flat}, a, {}, out + ".rope");
     const ValueId split = reshape_to(e, root, turned, {xs[0], seq, xs[1], d}, out + ".heads");
     return emit(e, root, "transpose", {split}, perm, {}, out);
   }
@@ -1833,6 +1834,23 @@ class Importer {
   // heads, seq, head_dim], which becomes tec's 3-D form through a transpose and a reshape each
   // way (the output stays 3-D with `flat_output`). `a` holds causal and scale; an optional
   // additive mask broadcasts to [B, heads, S, S_kv].
+  // t [B, H, S, D] made by transpose [0, 2, 1, 3] of reshape [B, S, H, D] of w [B, S, H x D]:
+  // w, the form tec's rope and attention read, so that heads split only to be merged again
+  // cost nothing (the unread split goes with the unused nodes at the end of build).
+  std::optional<ValueId> flat_before_heads(const Env& e, ValueId t) const {
+    const Value& heads = e.g.value(t);
+    if (heads.producer < 0 || heads.proto.shape.rank() != 4) return std::nullopt;
+    const Node& turn = e.g.node(heads.producer);
+    if (turn.op != "transpose" || turn.attrs.get_ints("perm") != std::vector<int64_t>{0, 2, 1, 3}) return std::nullopt;
+    const Value& split = e.g.value(turn.inputs.at(0));
+    if (split.producer < 0 || e.g.node(split.producer).op != "reshape") return std::nullopt;
+    const ValueId flat = e.g.node(split.producer).inputs.at(0);
+    const Shape& f = e.g.value(flat).proto.shape;
+    const Shape& h = heads.proto.shape;
+    if (f != Shape({h[0], h[2], h[1] * h[3]})) return std::nullopt;
+    return flat;
+  }
+
   ValueId emit_attention_of(Env& e, const onnx::Node& n, ValueId q, ValueId k, ValueId v, std::optional<ValueId> mask, Attributes a,
                             const std::string& out, bool flat_output = false) {
     const ErrorContext ctx = node_ctx(n);
@@ -1847,6 +1865,7 @@ class Importer {
       a.values["heads"] = qs[1];
       a.values["kv_heads"] = ks[1];
       auto to_bshd = [&](ValueId t, const std::string& suffix) {
+        if (auto flat = flat_before_heads(e, t)) return *flat;
         const Shape s = e.g.value(t).proto.shape;
         Attributes perm;
         perm.values["perm"] = std::vector<int64_t>{0, 2, 1, 3};
@@ -2023,6 +2042,7 @@ class Importer {
       return e.g.value(it->second).proto.shape;
     };
     became_.assign(nodes_.size(), "");
+    emitted_.assign(nodes_.size(), {});
     std::set<std::string> failed;  // values a failed node should have made
     for (int i : order_) {
       const onnx::Node& n = node(i);
@@ -2056,7 +2076,10 @@ class Importer {
         const size_t before = e.g.nodes.size();
         emit_node(e, n);
         std::string ops;
-        for (size_t k = before; k < e.g.nodes.size(); ++k) ops += (ops.empty() ? "" : " + ") + e.g.nodes[k].op;
+        for (size_t k = before; k < e.g.nodes.size(); ++k) {
+          ops += (ops.empty() ? "" : " + ") + e.g.nodes[k].op;
+          emitted_[static_cast<size_t>(i)].push_back(e.g.nodes[k].name);
+        }
         became_[static_cast<size_t>(i)] = ops.empty() ? "an alias" : ops + (qdq_gemms_.count(i) ? " (input quantized by its Q/DQ pair)" : "");
       } catch (const Error& err) {
         if (err.kind() != ErrorKind::unsupported && err.kind() != ErrorKind::invalid_input) throw;
@@ -2088,7 +2111,55 @@ class Importer {
     }
     throw_problems();
     verify(e.g);
-    return std::move(e.g);
+    return without_unread_nodes(std::move(e.g));
+  }
+
+  // The graph without the nodes nothing reads (a split into heads a pattern read around), and
+  // the values only they used; the report says so for the ONNX nodes that made them.
+  Graph without_unread_nodes(Graph g) {
+    std::vector<bool> read(g.values.size(), false), kept(g.nodes.size(), false);
+    for (ValueId out : g.outputs) read[static_cast<size_t>(out)] = true;
+    for (size_t n = g.nodes.size(); n-- > 0;) {
+      const Node& node = g.nodes[n];
+      kept[n] = std::any_of(node.outputs.begin(), node.outputs.end(), [&](ValueId v) { return read[static_cast<size_t>(v)]; });
+      if (kept[n])
+        for (ValueId in : node.inputs) read[static_cast<size_t>(in)] = true;
+    }
+    if (std::all_of(kept.begin(), kept.end(), [](bool k) { return k; })) return g;
+    Graph out;
+    out.name = g.name;
+    out.source_file = g.source_file;
+    out.recipe = g.recipe;
+    out.mode = g.mode;
+    out.target = g.target;
+    out.dims = g.dims;
+    std::vector<ValueId> moved(g.values.size(), -1);
+    auto take = [&](ValueId v) {
+      if (moved[static_cast<size_t>(v)] < 0) {
+        Value copy = g.value(v);
+        copy.producer = -1;
+        moved[static_cast<size_t>(v)] = out.add_value(std::move(copy));
+      }
+      return moved[static_cast<size_t>(v)];
+    };
+    for (ValueId in : g.inputs) out.inputs.push_back(take(in));
+    std::set<std::string> removed;
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      if (!kept[n]) {
+        removed.insert(g.nodes[n].name);
+        continue;
+      }
+      Node node = std::move(g.nodes[n]);
+      for (ValueId& in : node.inputs) in = take(in);
+      for (ValueId& o : node.outputs) o = take(o);
+      out.add_node(std::move(node));
+    }
+    for (ValueId o : g.outputs) out.outputs.push_back(take(o));
+    for (size_t i = 0; i < emitted_.size(); ++i)
+      if (!emitted_[i].empty() && std::all_of(emitted_[i].begin(), emitted_[i].end(), [&](const std::string& name) { return removed.count(name); }))
+        became_[i] = "nothing: what it made (" + became_[i] + ") is read by no one once a pattern read around it";
+    verify(out);
+    return out;
   }
 
   const onnx::Model& m_;
@@ -2096,6 +2167,7 @@ class Importer {
   std::vector<onnx::Node> nodes_;  // m_'s nodes, with readers of a no-op Cast reading its input
   std::vector<bool> noop_cast_;    // per node: a Cast to the type its input already has
   std::map<std::string, int32_t> types_;  // element types the structure tells (elem_types)
+  std::vector<std::vector<std::string>> emitted_;  // per ONNX node, the tec nodes it became (build)
   std::map<std::string, int> producer_;
   std::map<std::string, std::vector<int>> consumers_;
   std::set<std::string> outputs_;
