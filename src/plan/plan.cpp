@@ -642,6 +642,7 @@ Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
   plan.constants.assign(constants->begin(), constants->end());
   // Tensor parallel: every other rank's constants, in rank 0's layout.
   plan.tp_size = r.contains("tp_size") ? r.integer("tp_size", 1, kMaxTpSize) : 1;
+  std::vector<std::span<const uint8_t>> rank_constants;
   for (int64_t rank = 1; rank < plan.tp_size; ++rank) {
     const std::string blob = "constants.rank" + std::to_string(rank);
     std::optional<std::span<const uint8_t>> rank_bytes;
@@ -651,8 +652,14 @@ Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) {
                                                            << "', rank " << rank << "'s constants, and has none";
     TEC_USER_CHECK(static_cast<int64_t>(rank_bytes->size()) == constant_bytes, r.ctx("blobs"))
         << "blob '" << blob << "' has " << rank_bytes->size() << " bytes; every rank's constants have " << constant_bytes;
-    plan.other_rank_constants.emplace_back(rank_bytes->begin(), rank_bytes->end());
+    rank_constants.push_back(*rank_bytes);
   }
+  // Every rank's constants are bytes of their own in the file: blobs that overlap must not
+  // make the reader copy the same bytes for thousands of ranks.
+  TEC_USER_CHECK(checked_mul(plan.tp_size, constant_bytes) <= static_cast<int64_t>(file.blobs.size()), r.ctx("tp_size"))
+      << plan.tp_size << " ranks of " << constant_bytes << " bytes of constants do not fit the file's " << file.blobs.size()
+      << " bytes of blobs";
+  for (const auto& bytes_of_rank : rank_constants) plan.other_rank_constants.emplace_back(bytes_of_rank.begin(), bytes_of_rank.end());
   plan.archs = archs;
   {
     std::map<std::string, std::span<const uint8_t>> blob_bytes;

@@ -3,11 +3,13 @@
 // plan format of every rank's constants.
 #include <doctest/doctest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "compiler.h"
 #include "plan/file.h"
+#include "plan/format.h"
 #include "plan/plan.h"
 #include "reference/executor.h"
 #include "test_util.h"
@@ -169,6 +171,26 @@ TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collec
             if (b.name == "constants.rank1") b.bytes = b.bytes.first(b.bytes.size() - 256);
         }).find("every rank's constants have") != std::string::npos);
   CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["tp_size"] = 1; }).find("collective step") != std::string::npos);
+  {
+    // Blobs that overlap (the index written by hand): rank 2's constants the bytes of rank 1's.
+    // The reader refuses rather than copy one region for many ranks.
+    const auto good = plan::serialize_plan(r.plan->manifest, r.plan->blobs);
+    plan::FileHeader h;
+    std::memcpy(&h, good.data(), sizeof h);
+    nlohmann::json m = nlohmann::json::parse(good.begin() + static_cast<long>(h.manifest_offset),
+                                             good.begin() + static_cast<long>(h.manifest_offset + h.manifest_size));
+    m["tp_size"] = 3;
+    const nlohmann::json blobs = m["blobs"];
+    for (nlohmann::json b : blobs)
+      if (b["name"] == "constants.rank1") {
+        b["name"] = "constants.rank2";
+        m["blobs"].push_back(b);
+      }
+    const auto bad = plan::assemble_plan(m.dump(), std::span(good.data() + h.blobs_offset, h.blobs_size));
+    const Error e = test::error_of([&] { (void)plan::Plan::load(bad, "hostile.teplan"); });
+    CHECK(e.message().find("3 ranks of") != std::string::npos);
+    CHECK(e.message().find("do not fit the file's") != std::string::npos);
+  }
   CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["profiles"][0]["tp_layouts"]["x"] = "diagonal"; })
             .find("expected replicated, sequence or feature") != std::string::npos);
   CHECK(load_error([](nlohmann::json& m, std::vector<plan::Blob>&) { m["profiles"][0]["tp_layouts"]["fc1.weight"] = "sequence"; })
