@@ -2126,40 +2126,41 @@ class Importer {
         for (ValueId in : node.inputs) read[static_cast<size_t>(in)] = true;
     }
     if (std::all_of(kept.begin(), kept.end(), [](bool k) { return k; })) return g;
-    Graph out;
-    out.name = g.name;
-    out.source_file = g.source_file;
-    out.recipe = g.recipe;
-    out.mode = g.mode;
-    out.target = g.target;
-    out.dims = g.dims;
-    std::vector<ValueId> moved(g.values.size(), -1);
+    // `g` keeps its name, recipe, mode and the rest; its values and nodes are rebuilt.
+    std::vector<Value> values = std::move(g.values);
+    std::vector<Node> nodes = std::move(g.nodes);
+    const std::vector<ValueId> inputs = std::move(g.inputs), outputs = std::move(g.outputs);
+    g.values.clear();
+    g.nodes.clear();
+    g.inputs.clear();
+    g.outputs.clear();
+    std::vector<ValueId> moved(values.size(), -1);
     auto take = [&](ValueId v) {
       if (moved[static_cast<size_t>(v)] < 0) {
-        Value copy = g.value(v);
+        Value copy = values[static_cast<size_t>(v)];
         copy.producer = -1;
-        moved[static_cast<size_t>(v)] = out.add_value(std::move(copy));
+        moved[static_cast<size_t>(v)] = g.add_value(std::move(copy));
       }
       return moved[static_cast<size_t>(v)];
     };
-    for (ValueId in : g.inputs) out.inputs.push_back(take(in));
+    for (ValueId in : inputs) g.inputs.push_back(take(in));
     std::set<std::string> removed;
-    for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (size_t n = 0; n < nodes.size(); ++n) {
       if (!kept[n]) {
-        removed.insert(g.nodes[n].name);
+        removed.insert(nodes[n].name);
         continue;
       }
-      Node node = std::move(g.nodes[n]);
+      Node node = std::move(nodes[n]);
       for (ValueId& in : node.inputs) in = take(in);
       for (ValueId& o : node.outputs) o = take(o);
-      out.add_node(std::move(node));
+      g.add_node(std::move(node));
     }
-    for (ValueId o : g.outputs) out.outputs.push_back(take(o));
+    for (ValueId o : outputs) g.outputs.push_back(take(o));
     for (size_t i = 0; i < emitted_.size(); ++i)
       if (!emitted_[i].empty() && std::all_of(emitted_[i].begin(), emitted_[i].end(), [&](const std::string& name) { return removed.count(name); }))
         became_[i] = "nothing: what it made (" + became_[i] + ") is read by no one once a pattern read around it";
-    verify(out);
-    return out;
+    verify(g);
+    return g;
   }
 
   const onnx::Model& m_;
