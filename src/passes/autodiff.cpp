@@ -161,9 +161,10 @@ class Autodiff {
     for (ValueId out : std::vector<ValueId>(g_.outputs)) {
       const Value& v = g_.value(out);
       if (!v.proto.requires_grad) continue;
-      const ValueId dy = add_value("d" + v.name, ValueKind::input, dense_like(v.proto), v.source);
+      const std::string name = v.name;  // add_value may move every value, v too
+      const ValueId dy = add_value("d" + name, ValueKind::input, dense_like(v.proto), v.source);
       g_.inputs.push_back(dy);
-      inherit_tp_layout(v.name, "d" + v.name);
+      inherit_tp_layout(name, "d" + name);
       grad_of(out) = dy;
     }
   }
@@ -316,7 +317,7 @@ class Autodiff {
     for (ValueId in : std::vector<ValueId>(g_.inputs)) {
       const Value& x = g_.value(in);
       if (x.kind != ValueKind::input || !x.proto.requires_grad || grad_of(in) < 0) continue;
-      const std::string name = "d" + x.name, source = x.source;
+      const std::string input_name = x.name, name = "d" + x.name, source = x.source;  // x moves with add_value
       ValueId grad = grad_of(in);
       if (g_.value(grad).kind == ValueKind::input || g_.is_output(grad)) {  // the gradient passed straight through
         const ValueId copy = add_value(name, ValueKind::activation, g_.value(grad).proto, source);
@@ -324,12 +325,12 @@ class Autodiff {
         grad = copy;
       } else {
         TEC_USER_CHECK(!g_.find_value(name), (ErrorContext{"autodiff", name, "", source}))
-            << "the training step names the gradient of input '" << x.name << "' '" << name
+            << "the training step names the gradient of input '" << input_name << "' '" << name
             << "', which the model already uses; rename it in the model";
         g_.value(grad).name = name;
       }
       g_.outputs.push_back(grad);
-      inherit_tp_layout(x.name, name);
+      inherit_tp_layout(input_name, name);
     }
   }
 

@@ -1579,7 +1579,7 @@ class Importer {
           << "the attention's scores are scaled by constant '" << name << "', which is not one float";
       scale = divide ? scale / c.at(0) : scale * c.at(0);
     }
-    const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape;
+    const Shape qs = e.g.value(q).proto.shape, ks = e.g.value(k).proto.shape;  // copies: operand() below may add a value
     TEC_UNSUPPORTED_CHECK(qs.rank() == 3 || qs.rank() == 4, ctx)
         << "attention's q is " << qs.str() << "; tec takes [batch, heads, seq, head_dim] or [batch x heads, seq, head_dim]";
     Attributes a;
@@ -1860,7 +1860,7 @@ class Importer {
       TEC_USER_CHECK(static_cast<int64_t>(e.g.value(t).proto.shape.rank()) == rank, ctx)
           << "Q is " << rank << "-D and '" << e.g.value(t).name << "' is " << e.g.value(t).proto.shape.str() << "; all three have one rank";
     if (rank == 4) {
-      const Shape &qs = e.g.value(q).proto.shape, &ks = e.g.value(k).proto.shape, &vs = e.g.value(v).proto.shape;
+      const Shape qs = e.g.value(q).proto.shape, ks = e.g.value(k).proto.shape, vs = e.g.value(v).proto.shape;
       TEC_USER_CHECK(ks[1] == vs[1], ctx) << "K " << ks.str() << " and V " << vs.str() << " differ in their head count";
       a.values["heads"] = qs[1];
       a.values["kv_heads"] = ks[1];
@@ -1880,8 +1880,9 @@ class Importer {
       a.values["kv_heads"] = int64_t{1};
     }
     const int64_t heads = a.get_int("heads", 1), kv_heads = a.get_int("kv_heads", 1);
-    const Shape& q_shape = e.g.value(q).proto.shape;
-    const Shape& v_shape = e.g.value(v).proto.shape;
+    // Copies: emitting nodes below adds values, which may move every value.
+    const Shape q_shape = e.g.value(q).proto.shape;
+    const Shape v_shape = e.g.value(v).proto.shape;
     TEC_USER_CHECK(q_shape[2] % heads == 0, ctx) << "Q's last dim " << q_shape[2] << " is not a multiple of q_num_heads " << heads;
     TEC_USER_CHECK(v_shape.rank() == 3 && v_shape[2] % kv_heads == 0, ctx)
         << "V is " << v_shape.str() << "; its last dim must be a multiple of kv_num_heads " << kv_heads;
