@@ -1,4 +1,5 @@
 #include "gpu_backend.h"
+#include "gpu_common.h"
 
 #include <algorithm>
 #include <cmath>
@@ -18,31 +19,6 @@ namespace tec::cli {
 namespace {
 
 using json = nlohmann::json;
-
-// Through the runtime's check, so that a sticky error (illegal address) is reported as a lost
-// device (exit code 8) here too.
-#define TEC_CLI_CUDA(call) runtime::check_cuda((call), #call, "")
-
-struct Stats {
-  double p50 = 0, p90 = 0, p99 = 0, mean = 0, min = 0;
-};
-
-Stats stats_of(std::vector<double> us) {
-  Stats s;
-  if (us.empty()) return s;
-  std::sort(us.begin(), us.end());
-  auto at = [&](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * static_cast<double>(us.size())))]; };
-  s.p50 = at(0.5);
-  s.p90 = at(0.9);
-  s.p99 = at(0.99);
-  s.min = us.front();
-  double sum = 0;
-  for (double v : us) sum += v;
-  s.mean = sum / static_cast<double>(us.size());
-  return s;
-}
-
-json stats_json(const Stats& s) { return {{"p50_us", s.p50}, {"p90_us", s.p90}, {"p99_us", s.p99}, {"mean_us", s.mean}, {"min_us", s.min}}; }
 
 // Per-launch timing with events around each replay (graph) or each full eager sequence;
 // run i uses sessions[i % size], so with several sessions no run reads the inputs that the
@@ -70,40 +46,6 @@ std::vector<double> time_runs(const std::vector<runtime::Session*>& sessions, cu
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return us;
-}
-
-struct Compare {
-  double rel = 0, max_abs = 0;
-  bool finite = true;
-};
-
-Compare compare(const HostTensor& got, const HostTensor& want) {
-  double num = 0, den = 0;
-  Compare c;
-  for (size_t i = 0; i < want.values.size(); ++i) {
-    const double g = got.values[i], w = want.values[i];
-    if (!std::isfinite(g) && std::isfinite(w)) c.finite = false;
-    num += (g - w) * (g - w);
-    den += w * w;
-    c.max_abs = std::max(c.max_abs, std::fabs(g - w));
-  }
-  c.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  if (!std::isfinite(c.rel)) c.finite = false;
-  return c;
-}
-
-// The bound on ||gpu - reference|| / ||reference|| for a whole output: the GEMMs accumulate
-// in another order, and a few elements then round to a neighbouring code.
-double output_bound(const std::string& recipe) {
-  if (recipe == "bf16") return 0.01;
-  if (recipe == "nvfp4") return 0.15;
-  return 0.05;
-}
-
-std::string profile_name(const std::map<std::string, int64_t>& dims) {
-  std::string out;
-  for (const auto& [dim, size] : dims) out += (out.empty() ? "" : " ") + dim + "=" + std::to_string(size);
-  return out;
 }
 
 }  // namespace

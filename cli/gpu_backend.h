@@ -22,9 +22,12 @@ struct GpuRunOptions {
   int verify_steps = 3;  // train plans: training steps --verify-cpu checks, state carried over
   std::vector<std::pair<std::string, float>> scalars;  // train plans: runtime scalars (names checked) set before the runs
   std::string json_path, trace_path, save_dir;
+  double collective_timeout = 300;  // tensor-parallel plans: seconds a rank waits for the others
 };
 
 // Returns the exit code: 0, or 1 when --verify-cpu finds a mismatch.
 int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& options);
+// The same for a tensor-parallel plan: one GPU per rank (cli/gpu_tp_backend.cpp).
+int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& options);
 
 }  // namespace tec::cli

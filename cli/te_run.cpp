@@ -28,6 +28,8 @@ Examples:
   te-run mlp.teplan --backend cpu --save-outputs out/     # run on the CPU reference, save y.npy
   te-run mlp.teplan --backend cpu --input x=x.npy --shape T=128
   te-run mlp_tp2.teplan --backend cpu --input x=x.npy     # every rank of a te-compile --tp 2 plan, whole x in
+  te-run mlp_tp2.teplan --tp 2 --verify-cpu               # one rank per GPU over NCCL, checked against the
+                                                          # CPU reference running both ranks
   te-run train.teplan --backend cpu --iterations 3 --input dy=dy.npy  # three training steps (te-compile --mode train)
   te-run train.teplan --verify-cpu --verify-steps 5       # five training steps on the GPU, each kernel step
                                                           # checked bit for bit, state carried over
@@ -125,6 +127,12 @@ void inspect(const tec::plan::Plan& plan) {
                       l.gemm.fast_accum ? ", fast accumulation" : "", l.gemm.algo_source.c_str());
         else if (l.kind == "memset")
           std::printf("  %-24s memset  %s\n", step.c_str(), p.buffers[static_cast<size_t>(l.buffer)].name.c_str());
+        else if (l.kind == "collective")
+          std::printf("  %-24s nccl    %s%s %lld %s per rank: %s -> %s\n", step.c_str(), l.collective.op.c_str(),
+                      l.collective.op == "all_reduce" || l.collective.op == "reduce_scatter" ? (" (" + l.collective.reduce + ")").c_str() : "",
+                      static_cast<long long>(l.collective.count), std::string(tec::to_string(l.collective.dtype)).c_str(),
+                      p.buffers[static_cast<size_t>(l.collective.send)].name.c_str(),
+                      p.buffers[static_cast<size_t>(l.collective.recv)].name.c_str());
         else
           std::printf("  %-24s %-7s module %d %s grid %lld x %lld threads%s%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
                       l.module, l.entry.c_str(), static_cast<long long>(l.grid[0]), static_cast<long long>(l.block[0]),
@@ -188,6 +196,16 @@ int main(int argc, char** argv) {
   app.add_option("--verify-steps", verify_steps,
                  "GPU, train plans: training steps --verify-cpu runs on both backends, state carried over (default 3)")
       ->check(CLI::Range(1, 100));
+  int tp = 0;
+  double collective_timeout = 300;
+  app.add_option("--tp", tp,
+                 "GPU: run a tensor-parallel plan (te-compile --tp N) with one rank per GPU, N threads in this process; must "
+                 "be the plan's N (the default for such a plan)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--collective-timeout", collective_timeout,
+                 "GPU, tensor-parallel plans: seconds a rank waits for the others (communicator setup, a run) before it "
+                 "aborts with an error instead of hanging (default 300)")
+      ->check(CLI::Range(0.1, 86400.0));
   app.add_flag("--profile", profile_steps, "GPU: per-step time table (eager, events after each step)");
   app.add_option("--json", json_path, "GPU: write the report (latency, throughput, verification) as JSON");
   app.add_option("--trace", trace_path, "GPU: write a Chrome trace of the steps (chrome://tracing, Perfetto)");
@@ -242,7 +260,12 @@ int main(int argc, char** argv) {
       o.json_path = json_path;
       o.trace_path = trace_path;
       o.save_dir = save_dir;
-      return tec::cli::run_gpu(shared_plan, o);
+      o.collective_timeout = collective_timeout;
+      if (tp != 0 && tp != plan.tp_size)
+        throw tec::Error(ErrorKind::usage, {},
+                         "--tp " + std::to_string(tp) + ": the plan is compiled for " + std::to_string(plan.tp_size) +
+                             " rank(s); te-compile --tp " + std::to_string(tp) + " makes a plan for " + std::to_string(tp));
+      return plan.tp_size > 1 ? tec::cli::run_gpu_tensor_parallel(shared_plan, o) : tec::cli::run_gpu(shared_plan, o);
     }
     if (verify_cpu || profile_steps || no_graph || rotate != 1 || rotate_seeds || !json_path.empty() || !trace_path.empty())
       throw tec::Error(ErrorKind::usage, {}, "--verify-cpu, --profile, --rotate, --rotate-seeds, --no-graph, --json and --trace are GPU options");

@@ -171,6 +171,12 @@ json launches_manifest(const CompiledProfile& p) {
     json j{{"step", l.step}, {"kind", std::string(codegen::to_string(l.kind))}};
     switch (l.kind) {
       case codegen::Launch::Kind::memset: j["buffer"] = ref(l.buffer); break;
+      case codegen::Launch::Kind::collective: {
+        const codegen::CollectiveLaunch& c = l.collective;
+        j["collective"] = {{"op", c.op}, {"reduce", c.reduce}, {"send", ref(c.send)}, {"recv", ref(c.recv)}, {"count", c.count},
+                           {"dtype", dtype_json(c.dtype)}};
+        break;
+      }
       case codegen::Launch::Kind::kernel: {
         json args = json::array();
         for (const auto& a : l.args) {

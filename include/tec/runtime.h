@@ -19,6 +19,7 @@
 #include <vector>
 
 typedef struct CUstream_st* cudaStream_t;
+struct ncclComm;  // nccl.h's ncclComm_t is a ncclComm*
 
 namespace tec {
 
@@ -102,6 +103,16 @@ class Session {
  public:
   static Result<Session> create(const Plan& plan, const std::map<std::string, int64_t>& dims = {},
                                 Backend backend = Backend::gpu);
+  // A tensor-parallel plan (te-compile --tp N) runs as N sessions, one per rank, each on its
+  // own GPU (the current device): rank `rank` of the caller's NCCL communicator `comm` of N
+  // ranks, made from an ncclUniqueId the service distributes, as with NCCL itself (one process
+  // per GPU, or one thread per GPU; any number of nodes). Its views are the rank's part of
+  // each input and output (te-run --inspect prints the layouts); its run enqueues the
+  // collectives on `comm` inside its CUDA graph, so every rank must run the same number of
+  // times. NCCL is loaded at run time ($TEC_NCCL_LIBRARY, else libnccl.so.2). A rank whose
+  // peers never run waits in its stream: the caller bounds that with ncclCommGetAsyncError and
+  // ncclCommAbort, as for any NCCL work.
+  static Result<Session> create_rank(const Plan& plan, ncclComm* comm, int rank, const std::map<std::string, int64_t>& dims = {});
   // GPU: one cudaGraphLaunch on `stream`; results are ready when the stream is. CPU: runs
   // on the calling thread and returns when done (`stream` is ignored).
   Status run(cudaStream_t stream = nullptr);

@@ -22,6 +22,7 @@ std::string_view to_string(Launch::Kind kind) {
     case Launch::Kind::memset: return "memset";
     case Launch::Kind::delayed_scale_inv: return "delayed_scale_inv";
     case Launch::Kind::delayed_update: return "delayed_update";
+    case Launch::Kind::collective: return "collective";
   }
   return "?";
 }
@@ -86,6 +87,8 @@ class StepLowering {
   void lower() {
     if (step_.kind == StepKind::gemm)
       lower_gemm();
+    else if (step_.kind == StepKind::collective)
+      lower_collective();
     else
       lower_kernel();
   }
@@ -96,6 +99,85 @@ class StepLowering {
   const Value& stored(const Value& v) const { return v.storage ? g_.value(*v.storage) : v; }
   std::string data(const Value& v) const { return value_buffer_name(stored(v).name, BufferRole::data); }
   std::string role(const Value& v, BufferRole r) const { return value_buffer_name(stored(v).name, r); }
+
+  void push_collective(std::string op, std::string reduce, std::string send, std::string recv, int64_t count, DType dtype) {
+    Launch l;
+    l.kind = Launch::Kind::collective;
+    l.step = index_;
+    l.collective = {std::move(op), std::move(reduce), std::move(send), std::move(recv), count, dtype};
+    out_.push_back(std::move(l));
+  }
+
+  // A collective step (tensor parallel) on the session's NCCL communicator. A backward node
+  // runs its forward's transpose: all_gather's gradient is reduce-scattered, reduce_scatter's
+  // gathered, and an all_reduce sums in the direction its reduce_in names (copies in the other).
+  void lower_collective() {
+    const Node& n = node(0);
+    const Value& x = input(n, 0);
+    const Value& y = output(n);
+    std::string op = n.op;
+    if (n.computes_backward && op == "all_gather") op = "reduce_scatter";
+    else if (n.computes_backward && op == "reduce_scatter") op = "all_gather";
+    else if (op == "all_reduce" && n.computes_backward != (n.attrs.get_string("reduce_in", "forward") == "backward")) op = "copy";
+    if (x.proto.quantizer)
+      throw NotLowered{"collective '" + n.name + "' reads quantized '" + x.name + "'; the GPU moves unquantized tensors, or gathers what it quantized itself"};
+    const int64_t count = op == "all_gather" ? x.proto.shape.numel() : y.proto.shape.numel();
+    if (!y.proto.quantizer) return push_collective(op, "sum", data(x), data(y), count, x.proto.dtype);
+    if (op != "all_gather")
+      throw NotLowered{"collective '" + n.name + "': its " + op + " result '" + y.name + "' is quantized; the GPU quantizes only all-gathered tensors"};
+    gather_quantized(x, y);
+  }
+
+  // TE's FP8 all-gather: each rank quantizes its own rows with the scale the whole tensor gets
+  // (current scaling: from the group's amax, all-reduced as a maximum; delayed scaling: the
+  // state's scale, its amax record maxed over the group afterwards), then the FP8 codes are
+  // gathered, half the bytes of bf16. Every rank computes the same scale_inv, so it is not
+  // sent; the codes are the reference's, which quantizes the gathered tensor as one.
+  void gather_quantized(const Value& x, const Value& y) {
+    const Quantizer& q = *y.proto.quantizer;
+    if (q.kind != QuantizerKind::fp8_current && q.kind != QuantizerKind::fp8_delayed) {
+      // Block scales (fp8-block, MXFP8, NVFP4) are laid out over the whole tensor's rows, padded:
+      // the ranks' parts do not concatenate into it, so the unquantized rows are gathered and
+      // quantized after.
+      step_.fusions.push_back("gpu: '" + y.name + "' is gathered in " + std::string(tec::to_string(x.proto.dtype)) +
+                              " and quantized after the gather: its " + std::string(tec::to_string(q.kind)) +
+                              " block scales do not concatenate by rank");
+      const std::string gathered = add_workspace(y.name + ".gathered", TensorProto::dense(y.proto.shape, x.proto.dtype));
+      push_collective("all_gather", "sum", data(x), gathered, x.proto.shape.numel(), x.proto.dtype);
+      return emit_row(load(gathered, x.proto.dtype, "gathered '" + y.name + "'"), y);
+    }
+    const int64_t rows = x.proto.shape.rows(), cols = x.proto.shape.cols();
+    const std::string local = add_workspace(y.name + ".local_codes", TensorProto::dense(Shape{rows, cols}, DType::uint8));
+    std::vector<std::string> defines = load(data(x), x.proto.dtype, "input '" + x.name + "'").defines;
+    defines.insert(defines.end(), {"TEC_N=" + std::to_string(cols) + "LL", "TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
+                                   "TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"),
+                                   "TEC_AMAX_EPSILON=" + float_literal(q.amax_epsilon)});
+    std::array<LaunchArg, 12> slots{};
+    slots[0] = buf(data(x));
+    slots[3] = buf(local);
+    slots[4] = buf(role(y, BufferRole::scale_inv));
+    slots[7] = {LaunchArg::Kind::value, "", rows};
+    auto pass = [&](const std::string& out, int number) {
+      std::vector<std::string> d = defines;
+      d.push_back("TEC_OUT=" + out);
+      d.push_back("TEC_PASS=" + std::to_string(number));
+      push_row_launch(std::move(d), slots, rows, cols, row_chunks(rows, cols));
+    };
+    if (q.kind == QuantizerKind::fp8_current) {
+      slots[5] = buf(add_workspace(y.name + ".group_amax", TensorProto::dense(Shape{1}, DType::fp32)));
+      memset(slots[5].buffer);
+      pass("10", 1);
+      push_collective("all_reduce", "max", slots[5].buffer, slots[5].buffer, 1, DType::fp32);
+      pass("10", 2);
+    } else {
+      slots[5] = buf(state_buffer_name(y.name, "amax_history"));
+      slots[6] = buf(state_buffer_name(y.name, "scale"));
+      pass("11", 0);
+      push_collective("all_reduce", "max", slots[5].buffer, slots[5].buffer, 1, DType::fp32);
+    }
+    push_collective("all_gather", "sum", local, data(y), rows * cols, q.dtype);
+    if (y.proto.usage.columnwise) push_transpose(data(y), role(y, BufferRole::columnwise_data), y.proto.shape.rows(), cols);
+  }
 
   // Row kernel producer: its defines and its input slots 0-2.
   struct Producer {
@@ -547,6 +629,12 @@ class StepLowering {
       const Value* dgamma = grad_of(1);
       const Value* dbeta = ln ? grad_of(2) : nullptr;
       if (dgamma || dbeta) push_column_sums(dy, x.proto.shape.rows(), x.proto.shape.cols(), &x, mean, &rsigma, dgamma, dbeta);
+      return;
+    }
+    if (n.op == "bias") {  // a row-parallel linear's bias, added after the reduction (tensor parallel)
+      const Value& dy = unquantized(input(n, 0));
+      if (const Value* dx = grad_of(0)) emit_row(load(data(dy), dy.proto.dtype, "gradient '" + dy.name + "'"), *dx);
+      if (const Value* db = grad_of(1)) push_column_sums(dy, dy.proto.shape.rows(), dy.proto.shape.cols(), nullptr, nullptr, nullptr, db, nullptr);
       return;
     }
     throw NotLowered{"the backward of op '" + n.op + "' (node '" + n.name + "') has no GPU kernel yet"};
@@ -1350,13 +1438,6 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
   GpuLowering result;
   result.supported = true;
   result.reason.clear();
-  if (g.tp.size > 1) {
-    result.supported = false;
-    result.reason = "tensor parallel over " + std::to_string(g.tp.size) +
-                    " ranks: the collective steps have no GPU lowering yet (NCCL in the CUDA graph is planned); the CPU "
-                    "reference runs every rank";
-    return result;
-  }
   bool any_delayed = false;
   for (const Value& v : g.values)
     if (v.kind != ValueKind::weight && v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_delayed)
@@ -1417,6 +1498,7 @@ WeightLayouts weight_device_layouts(const std::vector<GpuLowering>& profiles) {
     mid.insert(p.mid_m_weights.begin(), p.mid_m_weights.end());
     for (const Launch& l : p.launches) {
       if (l.kind == Launch::Kind::memset) other_uses.insert(l.buffer);
+      if (l.kind == Launch::Kind::collective) other_uses.insert({l.collective.send, l.collective.recv});
       if (l.kind == Launch::Kind::gemm)
         for (const std::string* b : {&l.gemm.a.buffer, &l.gemm.a.scale_inv, &l.gemm.b.buffer, &l.gemm.b.scale_inv, &l.gemm.bias,
                                      &l.gemm.c, &l.gemm.d, &l.gemm.d_scale, &l.gemm.amax_d})

@@ -51,8 +51,18 @@ struct GemmLaunch {
   bool fast_accum = false;
 };
 
+// A collective over the plan's ranks on the session's NCCL communicator (plan::Collective
+// says how `count` is meant).
+struct CollectiveLaunch {
+  std::string op;  // all_gather, reduce_scatter, all_reduce, copy
+  std::string reduce = "sum";  // sum, max
+  std::string send, recv;
+  int64_t count = 0;
+  DType dtype = DType::bf16;
+};
+
 struct Launch {
-  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update } kind = Kind::kernel;
+  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update, collective } kind = Kind::kernel;
   int step = -1;  // -1: run-level (delayed scaling bookkeeping)
   int module = -1;
   std::string entry;
@@ -67,6 +77,7 @@ struct Launch {
   std::vector<LaunchArg> args;
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed
+  CollectiveLaunch collective;
 };
 std::string_view to_string(Launch::Kind kind);
 

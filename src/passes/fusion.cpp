@@ -45,8 +45,8 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
     const Value& out = g.value(node.outputs[0]);
     if (out.quantizer && step.kind == StepKind::collective && !node.computes_backward)
       step.fusions.push_back("quantize of '" + out.name + "' fused into " + node.op +
-                             ": the collective's result is quantized as one tensor, with the group's amax (TE's FP8 "
-                             "all-gather quantizes each rank's rows with that scale and gathers the FP8 bytes)");
+                             ": the collective's result is quantized as one tensor (per-tensor FP8 on the GPU: each rank "
+                             "quantizes its rows with the group's scale and the FP8 codes are gathered, as TE's FP8 all-gather)");
     else if (out.quantizer && node.op != "linear" && node.op != "quantize" && !node.computes_backward)
       step.fusions.push_back("quantize of '" + out.name + "' fused into " + g.node(n).op + " (" +
                              (g.node(n).op == "layernorm" || g.node(n).op == "rmsnorm" ? "norm" : "producer") +

@@ -206,7 +206,7 @@ constexpr int64_t kMaxBlockThreads = 1024;
 constexpr int64_t kMaxDynamicSharedBytes = 227 * 1024;
 
 Launch parse_launch(const Reader& r, const std::string& path, const std::string& file, const Profile& p, int module_count,
-                    int step_count) {
+                    int step_count, int64_t tp_size) {
   Launch l;
   l.kind = r.str("kind");
   l.step = static_cast<int>(r.integer("step", -1, step_count - 1));
@@ -277,6 +277,38 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       }
       l.args.push_back(arg);
     }
+    return l;
+  }
+  if (l.kind == "collective") {
+    TEC_USER_CHECK(tp_size > 1, r.ctx("kind")) << "a collective launch in a plan of one rank";
+    const Reader c(r.field("collective"), path + "/collective", file);
+    Collective& op = l.collective;
+    op.op = c.str("op");
+    TEC_USER_CHECK(op.op == "all_gather" || op.op == "reduce_scatter" || op.op == "all_reduce" || op.op == "copy", c.ctx("op"))
+        << "expected all_gather, reduce_scatter, all_reduce or copy, got '" << op.op << "'";
+    op.reduce = c.str("reduce");
+    TEC_USER_CHECK(op.reduce == "sum" || op.reduce == "max", c.ctx("reduce")) << "expected sum or max, got '" << op.reduce << "'";
+    op.dtype = c.dtype("dtype");
+    TEC_USER_CHECK(op.dtype == DType::bf16 || op.dtype == DType::fp16 || op.dtype == DType::fp32 || storage_bytes(op.dtype) == 1,
+                   c.ctx("dtype"))
+        << "collectives move bf16, fp16, fp32 or bytes (FP8), not " << to_string(op.dtype);
+    TEC_USER_CHECK(storage_bytes(op.dtype) != 1 || op.op == "all_gather" || op.op == "copy", c.ctx("dtype"))
+        << "FP8 bytes are gathered or copied, never summed";
+    op.send = ref(c.field("send"), "send", false);
+    op.recv = ref(c.field("recv"), "recv", true);
+    TEC_USER_CHECK(op.send >= 0 && op.recv >= 0, r.ctx("collective")) << "a collective needs a send and a recv buffer";
+    op.count = c.integer("count", 1, kMaxArenaBytes);
+    // What NCCL reads and writes, in bytes, must lie inside the buffers named.
+    const int64_t part = checked_mul(op.count, storage_bytes(op.dtype));
+    const int64_t whole = checked_mul(part, tp_size);
+    const int64_t send_bytes = op.op == "reduce_scatter" ? whole : part;
+    const int64_t recv_bytes = op.op == "all_gather" ? whole : part;
+    TEC_USER_CHECK(send_bytes <= bytes_of(op.send) && recv_bytes <= bytes_of(op.recv), r.ctx("collective"))
+        << op.op << " of " << op.count << " " << to_string(op.dtype) << " per rank over " << tp_size << " ranks reads "
+        << send_bytes << " bytes of a " << bytes_of(op.send) << "-byte buffer and writes " << recv_bytes << " bytes of a "
+        << bytes_of(op.recv) << "-byte one";
+    TEC_USER_CHECK(op.send != op.recv || op.op == "all_reduce", r.ctx("collective"))
+        << "only an all_reduce works in place";
     return l;
   }
   TEC_USER_CHECK(l.kind == "gemm", r.ctx("kind")) << "unknown launch kind '" << l.kind << "'";
@@ -583,7 +615,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     for (size_t i = 0; i < launches.size(); ++i)
       p.launches.push_back(parse_launch(Reader(launches[i], path + "/gpu/launches/" + std::to_string(i), file),
                                         path + "/gpu/launches/" + std::to_string(i), file, p,
-                                        static_cast<int>(plan.modules.size()), static_cast<int>(p.steps.size())));
+                                        static_cast<int>(plan.modules.size()), static_cast<int>(p.steps.size()), plan.tp_size));
   }
   return p;
 }

@@ -100,8 +100,21 @@ struct KernelArg {
   int64_t value = 0;
 };
 
+// A collective over the plan's ranks (NCCL, on the session's communicator): `count` elements
+// of `dtype` per rank, as NCCL counts them (all_gather: each rank's part; reduce_scatter: each
+// rank's result; all_reduce and copy: the whole buffer). all_reduce sums, or takes the
+// maximum (`max`: FP8 current scaling's group-wide amax); copy is the identity half of an
+// all_reduce whose sum is in the other direction.
+struct Collective {
+  std::string op;  // all_gather, reduce_scatter, all_reduce, copy
+  std::string reduce = "sum";  // sum, max (all_reduce, reduce_scatter)
+  int send = -1, recv = -1;  // buffers; recv == send: in place
+  int64_t count = 0;
+  DType dtype = DType::bf16;
+};
+
 struct Launch {
-  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update
+  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update, collective
   int step = -1;     // -1: run-level
   int module = -1;
   std::string entry;
@@ -112,6 +125,7 @@ struct Launch {
   std::vector<KernelArg> args;
   Gemm gemm;
   int buffer = -1;  // memset
+  Collective collective;
 };
 
 struct Module {

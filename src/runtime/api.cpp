@@ -137,12 +137,29 @@ Result<Session> Session::create(const Plan& plan, const std::map<std::string, in
     auto impl = std::make_shared<Impl>();
     impl->plan = plan.plan_;
     impl->profile = &pick(*plan.plan_, dims);
-    // One Session is one rank; a tensor-parallel plan needs a communicator (not yet in this API).
-    TEC_UNSUPPORTED_CHECK(plan.plan_->tp_size == 1, (ErrorContext{"runtime", "", "", plan.plan_->name}))
+    // One Session is one rank; a tensor-parallel plan's ranks need their communicator.
+    TEC_USAGE_CHECK(plan.plan_->tp_size == 1, (ErrorContext{"runtime", "", "", plan.plan_->name}))
         << "the plan is tensor parallel over " << plan.plan_->tp_size
-        << " ranks, and this API runs one rank without a communicator (not yet); te-run --backend cpu runs every rank";
+        << " ranks: create each rank's session with Session::create_rank and the group's NCCL communicator "
+           "(te-run --backend cpu runs every rank on the CPU reference)";
     if (backend == Backend::gpu) impl->gpu = std::make_unique<runtime::Session>(plan.plan_, *impl->profile);
     else impl->cpu = std::make_unique<reference::Session>(*plan.plan_, *impl->profile);
+    Session s;
+    s.impl_ = std::move(impl);
+    return s;
+  });
+}
+
+Result<Session> Session::create_rank(const Plan& plan, ncclComm* comm, int rank, const std::map<std::string, int64_t>& dims) {
+  return guarded("Session::create_rank", [&]() -> Result<Session> {
+    TEC_USAGE_CHECK(plan.plan_ != nullptr, {}) << "no plan loaded";
+    TEC_USAGE_CHECK(comm != nullptr, {}) << "no NCCL communicator";
+    TEC_USAGE_CHECK(rank >= 0 && rank < plan.plan_->tp_size, (ErrorContext{"runtime", "", "", plan.plan_->name}))
+        << "rank " << rank << " is not one of the plan's " << plan.plan_->tp_size << " ranks";
+    auto impl = std::make_shared<Impl>();
+    impl->plan = plan.plan_;
+    impl->profile = &pick(*plan.plan_, dims);
+    impl->gpu = std::make_unique<runtime::Session>(plan.plan_, *impl->profile, runtime::Communicator{comm, rank});
     Session s;
     s.impl_ = std::move(impl);
     return s;

@@ -4,7 +4,10 @@
 // without collectives runs where there is no NCCL.
 #pragma once
 
+#include <cuda_runtime.h>
 #include <nccl.h>
+
+#include <string>
 
 #include "runtime/dynamic_library.h"
 
@@ -44,5 +47,28 @@ NcclLibrary load_nccl(const std::string& file);
 // `needed_for` names what needs it, for the error ("plan 'mlp_tp2.teplan' (all_gather
 // 'fc1.gather')"); a failed load is retried on the next call.
 const NcclLibrary& nccl(const std::string& needed_for);
+
+// A rank's place in its tensor-parallel group: the communicator (the caller's: a service makes
+// it from the ncclUniqueId it distributes; te-run --tp makes one per GPU) and this rank.
+struct Communicator {
+  ncclComm_t comm = nullptr;
+  int rank = 0;
+};
+
+// Throws Error(device) for a failed NCCL call, naming `call`, `step` and NCCL's reason. On a
+// non-blocking communicator a call may return ncclInProgress: waits for it, up to
+// `timeout_seconds`, then aborts the communicator (so no rank hangs on it) and throws.
+void check_nccl(const NcclLibrary& nccl, ncclComm_t comm, ncclResult_t result, const char* call, const std::string& step,
+                double timeout_seconds);
+
+// Rank `rank` of a new group of `size` from `id`, made non-blocking: a rank that never joins
+// gives an error after `timeout_seconds` instead of a hang. The device is the current one.
+ncclComm_t init_communicator(const NcclLibrary& nccl, const ncclUniqueId& id, int size, int rank, double timeout_seconds);
+
+// Waits for `stream`, whose work includes collectives on `comm`, up to `timeout_seconds`;
+// throws Error(device) on NCCL's asynchronous error or the timeout, after aborting `comm`,
+// since a collective that never completes (a rank gone, a mismatched plan) cannot be cancelled.
+void wait_for_collectives(const NcclLibrary& nccl, ncclComm_t comm, cudaStream_t stream, double timeout_seconds,
+                          const std::string& what);
 
 }  // namespace tec::runtime

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <set>
+#include <tuple>
 #include <mutex>
 
 #include "core/error.h"
@@ -208,7 +209,7 @@ namespace {
 
 // Constants with a device_layout, each once (profiles share them; Plan::load checked that
 // they agree), permuted on the host and copied over the row-major bytes just uploaded.
-void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
+void upload_device_layouts(const plan::Plan& plan, const std::vector<uint8_t>& constants, void* device_constants) {
   std::map<int64_t, const plan::Buffer*> tiled;
   for (const plan::Profile& p : plan.profiles)
     for (const plan::Buffer& b : p.buffers)
@@ -216,7 +217,7 @@ void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
   std::vector<uint8_t> permuted;
   for (const auto& [offset, b] : tiled) {
     const int64_t n_rows = b->shape[0], k = b->shape[1] * storage_bytes(b->dtype);  // row bytes
-    const uint8_t* source = plan.constants.data() + offset;
+    const uint8_t* source = constants.data() + offset;
     permuted.resize(static_cast<size_t>(b->bytes));
     const bool small = b->device_layout == "small_m_tiles";  // else mid_m_tiles (Plan::load allows no other)
     // 16-byte runs of a row stay together in both layouts.
@@ -230,19 +231,22 @@ void upload_device_layouts(const plan::Plan& plan, void* device_constants) {
 }
 
 std::mutex g_shared_mutex;
-std::map<std::pair<const plan::Plan*, int>, std::weak_ptr<DeviceShared>> g_shared;
+// Keyed by plan, device and tensor-parallel rank (ranks hold different weight shards).
+std::map<std::tuple<const plan::Plan*, int, int>, std::weak_ptr<DeviceShared>> g_shared;
 
-std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, const std::string& arch) {
+std::shared_ptr<DeviceShared> shared_for(const plan::Plan& plan, int device, int rank, const std::string& arch) {
   std::lock_guard lock(g_shared_mutex);
-  const auto key = std::make_pair(&plan, device);
+  const auto key = std::make_tuple(&plan, device, rank);
   if (const auto it = g_shared.find(key); it != g_shared.end())
     if (auto existing = it->second.lock()) return existing;
   auto shared = std::make_shared<DeviceShared>();
   shared->device = device;
-  shared->constants = device_alloc(plan.constants.size(), "plan constants");
-  if (!plan.constants.empty())
-    TEC_CUDA(cudaMemcpy(shared->constants, plan.constants.data(), plan.constants.size(), cudaMemcpyHostToDevice), "constants");
-  upload_device_layouts(plan, shared->constants);
+  const std::vector<uint8_t>& constants = plan.constants_of(rank);
+  shared->constants = device_alloc(constants.size(), "plan constants");
+  if (!constants.empty())
+    TEC_CUDA(cudaMemcpy(shared->constants, constants.data(), constants.size(), cudaMemcpyHostToDevice),
+             "constants of rank " + std::to_string(rank));
+  upload_device_layouts(plan, constants, shared->constants);
   for (size_t m = 0; m < plan.modules.size(); ++m) {
     auto it = plan.modules[m].cubins.find(arch);
     if (it == plan.modules[m].cubins.end()) {
@@ -336,10 +340,27 @@ std::string step_name(const plan::Profile& p, int step) {
 }
 }  // namespace
 
-Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile)
-    : plan_(std::move(plan)), profile_(profile), impl_(std::make_unique<Impl>()) {
+Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile, Communicator group)
+    : plan_(std::move(plan)), profile_(profile), impl_(std::make_unique<Impl>()), group_(group) {
   TEC_UNSUPPORTED_CHECK(profile_.gpu_supported, (ErrorContext{"runtime", "", "", ""}))
       << "this plan has no GPU code: " << profile_.gpu_reason << " (run it with --backend cpu)";
+  if (plan_->tp_size > 1) {
+    const ErrorContext where{"runtime", "", "", plan_->name};
+    TEC_USER_CHECK(group.comm != nullptr, where)
+        << "the plan is tensor parallel over " << plan_->tp_size
+        << " ranks: a session needs the NCCL communicator of its group and its rank (te-run --tp " << plan_->tp_size
+        << " runs every rank on its own GPU)";
+    nccl_ = &nccl("plan '" + plan_->name + "' (tensor parallel over " + std::to_string(plan_->tp_size) + " ranks)");
+    int count = 0, user_rank = -1;
+    check_nccl(*nccl_, group.comm, nccl_->comm_count(group.comm, &count), "ncclCommCount", "", 60);
+    check_nccl(*nccl_, group.comm, nccl_->comm_user_rank(group.comm, &user_rank), "ncclCommUserRank", "", 60);
+    TEC_USER_CHECK(count == plan_->tp_size, where)
+        << "the communicator has " << count << " ranks; the plan is tensor parallel over " << plan_->tp_size;
+    TEC_USER_CHECK(user_rank == group.rank, where)
+        << "the session is for rank " << group.rank << " but the communicator's rank is " << user_rank;
+  } else {
+    group_ = {};
+  }
   const std::string arch = require_device();
   int device = 0;
   TEC_CUDA(cudaGetDevice(&device), "");
@@ -350,7 +371,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   // Hopper and later; TEC_DISABLE_EARLY_LAUNCH=1 turns it off, for measuring what it gains.
   const char* no_early = std::getenv("TEC_DISABLE_EARLY_LAUNCH");
   s.early_launch = prop.major >= 9 && !(no_early && std::string(no_early) == "1");
-  s.shared = shared_for(*plan_, device, arch);
+  s.shared = shared_for(*plan_, device, group_.rank, arch);
   s.arena = device_alloc(static_cast<size_t>(plan_->arena_bytes), "arena");
   if (plan_->arena_bytes) TEC_CUDA(cudaMemset(s.arena, 0, static_cast<size_t>(plan_->arena_bytes)), "arena");
   s.cublas_workspace = device_alloc(kCublasWorkspaceBytes, "cuBLASLt workspace");
@@ -732,6 +753,8 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
         config.numAttrs = 1;
       }
       TEC_CUDA(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(s.kernels[i]), args), where);
+    } else if (l.kind == "collective") {
+      enqueue_collective(l.collective, stream, where);
     } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
       if (s.delayed_count > 0) {
         void* args[] = {&s.delayed_table, &s.delayed_count};
@@ -753,6 +776,42 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
     const bool last_of_step = position + 1 == run.size() || profile_.launches[run[position + 1]].step != l.step;
     if (after_step && last_of_step) after_step(l.step);
   }
+}
+
+void Session::enqueue_collective(const plan::Collective& c, cudaStream_t stream, const std::string& where) {
+  void* send = address(c.send);
+  void* recv = address(c.recv);
+  const auto count = static_cast<size_t>(c.count);
+  if (c.op == "copy") {
+    TEC_CUDA(cudaMemcpyAsync(recv, send, count * static_cast<size_t>(storage_bytes(c.dtype)), cudaMemcpyDeviceToDevice, stream),
+             where);
+    return;
+  }
+  // FP8 codes are gathered as bytes: NCCL's FP8 types exist only from 2.24 on, and a gather
+  // does no arithmetic on them.
+  const ncclDataType_t type = c.dtype == DType::bf16   ? ncclBfloat16
+                              : c.dtype == DType::fp16 ? ncclFloat16
+                              : c.dtype == DType::fp32 ? ncclFloat32
+                                                       : ncclUint8;
+  const ncclRedOp_t reduce = c.reduce == "max" ? ncclMax : ncclSum;
+  const NcclLibrary& n = *nccl_;
+  constexpr double kEnqueueSeconds = 300;  // a first call may connect the ranks
+  if (c.op == "all_gather")
+    check_nccl(n, group_.comm, n.all_gather(send, recv, count, type, group_.comm, stream), "ncclAllGather", where, kEnqueueSeconds);
+  else if (c.op == "reduce_scatter")
+    check_nccl(n, group_.comm, n.reduce_scatter(send, recv, count, type, reduce, group_.comm, stream), "ncclReduceScatter", where,
+               kEnqueueSeconds);
+  else
+    check_nccl(n, group_.comm, n.all_reduce(send, recv, count, type, reduce, group_.comm, stream), "ncclAllReduce", where,
+               kEnqueueSeconds);
+}
+
+void Session::wait(cudaStream_t stream, double timeout_seconds) const {
+  if (!nccl_) {
+    TEC_CUDA(cudaStreamSynchronize(stream), "run");
+    return;
+  }
+  wait_for_collectives(*nccl_, group_.comm, stream, timeout_seconds, "rank " + std::to_string(group_.rank) + "'s run");
 }
 
 tec::Preflight preflight(const plan::Plan& plan, int device) {

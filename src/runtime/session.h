@@ -13,6 +13,7 @@
 #include <string>
 
 #include "plan/plan.h"
+#include "runtime/nccl.h"
 #include "tec/runtime.h"
 
 namespace tec::runtime {
@@ -40,7 +41,9 @@ class Session {
   // Allocates the arena (zeroed, delayed scales set to 1), uploads the constants unless
   // another session of `plan` on this device did, loads the modules, builds the cuBLASLt
   // descriptors, and captures the CUDA graph. Nothing is left allocated if it throws.
-  Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile);
+  // A tensor-parallel plan (tp_size > 1) needs `group`: a communicator of tp_size ranks on this
+  // device, whose rank picks the constants (the rank's weight shards) the session uploads.
+  Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& profile, Communicator group = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
@@ -73,6 +76,10 @@ class Session {
   // keep a status word the run zeroes first: waits for the stream and throws
   // Error(invalid_input) naming what was out of range and the steps that found it.
   void check_status(cudaStream_t stream) const;
+  // Waits for the stream's work. With collectives, up to `timeout_seconds`: a rank that never
+  // runs its part gives Error(device) (and an aborted communicator) instead of a hang.
+  void wait(cudaStream_t stream, double timeout_seconds = 300) const;
+  int rank() const { return group_.rank; }
   // Every arena buffer at its offset (the host image the CPU reference runs from).
   std::vector<uint8_t> download_arena(cudaStream_t stream) const;
   // Fills scratch and output buffers with 0xFF (NaN in every float format), so that a
@@ -107,12 +114,15 @@ class Session {
   std::vector<size_t> launches_of(Selection selection) const;
   void enqueue(cudaStream_t stream, const std::vector<size_t>& launches, const std::function<void(int step)>& after_step);
   bool launches_early(const std::vector<size_t>& launches, size_t position, bool step_hooks) const;
+  void enqueue_collective(const plan::Collective& collective, cudaStream_t stream, const std::string& where);
   struct Impl;
   std::shared_ptr<const plan::Plan> plan_;
   const plan::Profile& profile_;
   std::unique_ptr<Impl> impl_;
   std::string device_name_;
   std::string tuning_warning_;
+  Communicator group_;
+  const NcclLibrary* nccl_ = nullptr;  // loaded when the plan has collectives
 };
 
 // "13.1.0" style: the cuBLASLt that tuned algorithms belong to.

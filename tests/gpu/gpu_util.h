@@ -58,5 +58,6 @@ int moe_test(const std::string& arch);
 int plans_test(const std::string& arch);  // TEC_GPU_TEST_SMALL=1 skips examples/mlp.json
 int session_leak_test();
 int tuning_test();
+int tensor_parallel_test(const std::string& arch);  // the NCCL cases skip, saying so, without NCCL; the run without 2 GPUs
 
 }  // namespace tec::gpu_test

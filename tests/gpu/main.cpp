@@ -15,7 +15,7 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const std::string arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
   std::printf("device: %s (%s)\n", prop.name, arch.c_str());
-  // TEC_GPU_TEST_ONLY=train (or quantize, delayed, plans, moe, leak, tuning) runs one group alone.
+  // TEC_GPU_TEST_ONLY=train (or quantize, delayed, plans, moe, leak, tuning, tp) runs one group alone.
   const char* only = std::getenv("TEC_GPU_TEST_ONLY");
   auto wanted = [&](const char* group) { return !only || std::string(only) == group; };
   int failures = 0;
@@ -26,6 +26,7 @@ int main() {
   if (wanted("moe")) failures += tec::gpu_test::moe_test(arch);
   if (wanted("leak")) failures += tec::gpu_test::session_leak_test();
   if (wanted("tuning")) failures += tec::gpu_test::tuning_test();
+  if (wanted("tp")) failures += tec::gpu_test::tensor_parallel_test(arch);
   if (only) std::printf("(TEC_GPU_TEST_ONLY=%s: the other groups did not run)\n", only);
   std::printf("GPU tests: %s (%d failed case groups)\n", failures ? "FAILED" : "all passed", failures);
   return failures ? 1 : 0;

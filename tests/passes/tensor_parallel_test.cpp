@@ -6,7 +6,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include <unistd.h>
+
+#include "codegen/lower.h"
 #include "compiler.h"
 #include "plan/file.h"
 #include "plan/format.h"
@@ -148,8 +152,6 @@ TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collec
   const CompileResult r = compile(options);
   REQUIRE(r.plan.has_value());
   CHECK(r.plan->manifest["tp_size"] == 2);
-  CHECK(!r.profiles.at(0).gpu.supported);
-  CHECK(r.profiles.at(0).gpu.reason.find("tensor parallel over 2 ranks") != std::string::npos);
   const auto bytes = plan::serialize_plan(r.plan->manifest, r.plan->blobs);
   const plan::Plan p = plan::Plan::load(bytes, "tp.teplan");
   CHECK(p.tp_size == 2);
@@ -203,6 +205,99 @@ TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collec
   const Error e = test::error_of([&] { reference::RankGroup group(wrong, wrong.profiles.at(0)); });
   CHECK(e.message().find("is not the plan's 2") != std::string::npos);
   std::filesystem::remove(path);
+}
+
+namespace {
+
+CompileResult lowered_tp(const std::string& graph, RecipeKind recipe, Mode mode = Mode::infer) {
+  const auto path = (std::filesystem::temp_directory_path() / ("tec_tp_lowering_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path) << graph;
+  CompileOptions options;
+  options.model_path = path;
+  options.frontend.recipe = recipe;
+  options.frontend.mode = mode;
+  options.archs = {"sm_90"};
+  options.cache_dir = (std::filesystem::temp_directory_path() / ("tec_tp_lowering_cache_" + std::to_string(::getpid()))).string();
+  CompileResult r = compile(options);
+  std::filesystem::remove(path);
+  return r;
+}
+
+// "op reduce count dtype" of every collective launch of a step, in order; "copy" for a copy.
+std::vector<std::string> collectives_of(const CompiledProfile& p, const std::string& step) {
+  std::vector<std::string> out;
+  for (const codegen::Launch& l : p.gpu.launches) {
+    if (l.kind != codegen::Launch::Kind::collective || p.schedule.steps.at(static_cast<size_t>(l.step)).name != step) continue;
+    const codegen::CollectiveLaunch& c = l.collective;
+    out.push_back(c.op + " " + c.reduce + " " + std::to_string(c.count) + " " + std::string(to_string(c.dtype)) +
+                  (c.send == c.recv ? " in place" : ""));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gather moves FP8 codes") {
+  SUBCASE("fp8-current, sequence parallel: the group's amax, then each rank's rows quantized and gathered as bytes") {
+    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    // x is [64, 256] whole, so [32, 256] per rank: 8192 elements each.
+    CHECK(collectives_of(p, "fc1.all_gather") ==
+          std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3"});
+    CHECK(collectives_of(p, "fc2.reduce_scatter") == std::vector<std::string>{"reduce_scatter sum 8192 bf16"});
+    // The plan file carries them, and the reader takes them.
+    const plan::Plan loaded = plan::Plan::load(plan::serialize_plan(r.plan->manifest, r.plan->blobs), "tp.teplan");
+    const auto& launches = loaded.profiles.at(0).launches;
+    CHECK(std::count_if(launches.begin(), launches.end(), [](const plan::Launch& l) { return l.kind == "collective"; }) == 3);
+  }
+  SUBCASE("fp8-delayed: the local amax record maxed over the group, the codes gathered") {
+    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_delayed);
+    REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+    CHECK(collectives_of(r.profiles.at(0), "fc1.all_gather") ==
+          std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3"});
+  }
+  SUBCASE("fp8-block: block scales do not concatenate by rank, so bf16 is gathered and quantized after") {
+    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_block);
+    REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+    CHECK(collectives_of(r.profiles.at(0), "fc1.all_gather") == std::vector<std::string>{"all_gather sum 8192 bf16"});
+  }
+  SUBCASE("bf16 without sequence parallelism: the row linear's all-reduce, whole tokens") {
+    const CompileResult r = lowered_tp(tp_mlp(2, false), RecipeKind::bf16);
+    REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+    CHECK(collectives_of(r.profiles.at(0), "fc2.all_reduce") == std::vector<std::string>{"all_reduce sum 16384 bf16"});
+  }
+  SUBCASE("a bf16 training step: the dgrad all-reduce sums in the backward and copies in the forward") {
+    const CompileResult r = lowered_tp(tp_mlp(2, false), RecipeKind::bf16, Mode::train);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    std::vector<std::string> all;
+    for (const Step& s : p.schedule.steps)
+      for (const std::string& c : collectives_of(p, s.name)) all.push_back(std::string(to_string(s.phase)) + ": " + c);
+    CHECK(std::count(all.begin(), all.end(), "forward: copy sum 16384 bf16") == 1);
+    CHECK(std::count(all.begin(), all.end(), "forward: all_reduce sum 16384 bf16") == 1);
+    CHECK(std::count(all.begin(), all.end(), "backward: all_reduce sum 16384 bf16") == 1);  // dx of fc1's input
+  }
+}
+
+TEST_CASE("the plan reader checks every collective launch against its buffers and the group") {
+  const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current);
+  REQUIRE(r.plan.has_value());
+  auto load_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = r.plan->manifest;
+    for (auto& l : m["profiles"][0]["gpu"]["launches"])
+      if (l["kind"] == "collective" && l["collective"]["op"] == "all_gather") {
+        edit(l["collective"]);
+        break;
+      }
+    return test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, r.plan->blobs), "hostile.teplan"); }).message();
+  };
+  CHECK(load_error([](nlohmann::json& c) { c["count"] = 8193; }).find("writes 16386 bytes of a 16384-byte one") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& c) { c["count"] = int64_t{1} << 50; }).find("expected an integer in") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& c) { c["op"] = "broadcast"; }).find("expected all_gather, reduce_scatter") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& c) { c["op"] = "reduce_scatter"; }).find("never summed") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& c) { c["recv"] = c["send"]; c["count"] = 1; }).find("only an all_reduce works in place") != std::string::npos);
+  CHECK(load_error([](nlohmann::json& c) { c["recv"] = 9999; }).find("a buffer index below") != std::string::npos);
 }
 
 TEST_CASE("--tp on an ONNX model is refused: ONNX marks no linear parallel") {
