@@ -57,6 +57,8 @@ static_model.write_bytes(ort_crosscheck.static_mlp_model(np.random.default_rng(1
 plans.append((str(static_model), "", []))
 plans.append(("mlp_tiny.json", "fp8-delayed", ["--mode", "train", "--optimizer", "adamw", "--shape", "T=32"]))
 plans.append(("swiglu_mlp.json", "bf16", ["--mode", "train", "--wgrad", "write", "--shape", "T=32"]))
+# Tensor parallel: every rank's constants, the layouts, and NCCL launches (an FP8 all-gather).
+plans.append(("mlp_tp.json", "fp8-current", ["--tp", "2", "--shape", "T=64"]))
 for model, recipe, extra in plans:
     recipe_args = ["--recipe", recipe] if recipe else []
     out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],
@@ -76,6 +78,11 @@ for model, recipe, extra in plans:
         buffers = [b for p in manifest["profiles"] for b in p["buffers"]]
         expect("the mid-M plan has a kernel with dynamic shared memory and a mid_m_tiles weight",
                any(l.get("shared_bytes", 0) > 0 for l in launches) and any(b.get("device_layout") == "mid_m_tiles" for b in buffers))
+
+    if "--tp" in extra:
+        ops = [l["collective"]["op"] for p in manifest["profiles"] for l in p["gpu"]["launches"] if l["kind"] == "collective"]
+        expect("the TP plan's launches hold its collectives: the amax all-reduce, the FP8 all-gather, the reduce-scatter",
+               manifest["tp_size"] == 2 and ops == ["all_reduce", "all_gather", "reduce_scatter"])
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
