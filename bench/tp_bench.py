@@ -8,13 +8,15 @@ reduce-scatters fc2's (row-parallel) partial sums. Contenders:
   tec TP=1 / TP=2      te-compile --tp 1 / --tp 2 of one graph (generated weights), te-run on one
                        GPU / te-run --tp 2 (one rank per GPU, NCCL inside each rank's CUDA graph);
                        bf16 and fp8-current (FP8 all-gather: the group's amax, FP8 codes gathered);
+                       TP=2 with the collectives overlapped with fc1's and fc2's row blocks on a
+                       second stream (te-compile --tp-overlap on) and without (off; the default, auto,
+                       overlaps GEMMs of 4096 rows or more: T=8192 here);
   torch TP=1 / TP=2    PyTorch bf16, the same layer by hand: torch.distributed (NCCL)
                        all_gather_into_tensor / reduce_scatter_tensor around F.linear, eager and
                        captured by hand in one torch.cuda.CUDAGraph per rank.
 Each timing is the median over 100 runs after 10 warm-up runs of the slowest rank's CUDA-event
 time (a run is as slow as its slowest rank). The speed-up is TP=1 time / TP=2 time, within one
 contender. Floor: FLOPs / (ranks x peak), peak 800 (bf16) / 1600 (FP8) TFLOP/s dense per GPU.
-Collectives are not yet overlapped with the GEMMs in tec's plans.
 
   bench/tp_bench.py --out DIR [--build .carry/gpu] [--tokens 2048,8192] [--part tec,torch]
   bench/tp_bench.py --out DIR --report        # the table again, from DIR's JSON
@@ -57,22 +59,33 @@ def part_tec(args, out, tokens):
     model = out / "tp_bench_mlp.json"
     model.write_text(json.dumps(graph(tokens), indent=1))
     results = json.loads((out / "tec.json").read_text()) if (out / "tec.json").exists() else {}
+    # The four plans compile at once (each generates and pre-quantizes 0.5 G weights on the CPU).
+    compiling = []
+    variants = (("tp1", ["--tp", 1]), ("tp2", ["--tp", 2, "--tp-overlap", "on"]), ("tp2serial", ["--tp", 2, "--tp-overlap", "off"]))
     for recipe in ("bf16", "fp8-current"):
-        for tp in (1, 2):
-            plan = out / f"{recipe}.tp{tp}.teplan"
+        for variant, flags in variants:
+            plan = out / f"{recipe}.{variant}.teplan"
             if not plan.exists():
-                print(f"te-compile {recipe} --tp {tp} ...", flush=True)
-                run_tool([compile_, model, "--tp", tp, "--recipe", recipe, "--profiles", "T=" + ",".join(map(str, tokens)), "-q",
-                          "--cache-dir", out / "cache", "-o", plan])
+                print(f"te-compile {recipe} {' '.join(map(str, flags))} ...", flush=True)
+                cmd = [compile_, model, *flags, "--recipe", recipe, "--profiles", "T=" + ",".join(map(str, tokens)), "-q",
+                       "--cache-dir", out / f"cache.{recipe}.{variant}", "-o", plan]
+                compiling.append((cmd, subprocess.Popen([str(c) for c in cmd])))
+    for cmd, proc in compiling:
+        if proc.wait() != 0:
+            sys.exit(f"tp_bench.py: {' '.join(str(c) for c in cmd)}\n  failed with exit code {proc.returncode} (its message is above)")
+    for recipe in ("bf16", "fp8-current"):
+        for variant, flags in variants:
+            tp = flags[1]
+            plan = out / f"{recipe}.{variant}.teplan"
             for t in tokens:
-                report = out / f"{recipe}.tp{tp}.T{t}.json"
+                report = out / f"{recipe}.{variant}.T{t}.json"
                 cmd = [run, plan, "--shape", f"T={t}", "--iterations", 100, "--warmup", 10, "--json", report]
                 if tp > 1:
                     cmd += ["--tp", tp]
                 run_tool(cmd, stdout=subprocess.DEVNULL)
                 r = json.loads(report.read_text())
-                results[f"{recipe} tp{tp} T{t}"] = {"graph_us": r["graph"]["p50_us"], "eager_us": r["eager"]["p50_us"], "device": r["device"]}
-                print(f"  tec {recipe} TP={tp} T={t}: {r['graph']['p50_us']:.1f} us (graph), {r['eager']['p50_us']:.1f} us (eager)", flush=True)
+                results[f"{recipe} {variant} T{t}"] = {"graph_us": r["graph"]["p50_us"], "eager_us": r["eager"]["p50_us"], "device": r["device"]}
+                print(f"  tec {recipe} {variant} T={t}: {r['graph']['p50_us']:.1f} us (graph), {r['eager']['p50_us']:.1f} us (eager)", flush=True)
     (out / "tec.json").write_text(json.dumps(results, indent=1))
 
 
@@ -167,19 +180,22 @@ def report(out, tokens):
     peer = json.loads((out / "torch.json").read_text()) if (out / "torch.json").exists() else {}
     device = next((v["device"] for v in list(tec.values()) + list(peer.values())), "?")
     print(f"\nTP MLP h={H} ffn={FFN}, bf16 activations, sequence parallel; median us of the slowest rank ({device})")
-    print(f"{'contender':<24} {'T':>6} {'TP=1 us':>10} {'TP=2 us':>10} {'speed-up':>9} {'TP=2 floor us':>14} {'TP=2/floor':>11}")
+    print(f"{'contender':<28} {'T':>6} {'TP=1 us':>10} {'TP=2 us':>10} {'speed-up':>9} {'TP=2 floor us':>14} {'TP=2/floor':>11}")
     rows = []
     for t in tokens:
         flops = 4.0 * t * H * FFN
-        for name, table, recipe, kind in (("tec bf16 (graph)", tec, "bf16", "graph_us"), ("tec fp8-current (graph)", tec, "fp8-current", "graph_us"),
-                                          ("torch bf16 (eager)", peer, "bf16", "eager_us"), ("torch bf16 (graph)", peer, "bf16", "graph_us")):
-            one, two = table.get(f"{recipe} tp1 T{t}"), table.get(f"{recipe} tp2 T{t}")
+        for name, table, recipe, kind, two_key in (
+                ("tec bf16, overlap", tec, "bf16", "graph_us", "tp2"), ("tec bf16, no overlap", tec, "bf16", "graph_us", "tp2serial"),
+                ("tec fp8-current, overlap", tec, "fp8-current", "graph_us", "tp2"),
+                ("tec fp8-current, no overlap", tec, "fp8-current", "graph_us", "tp2serial"),
+                ("torch bf16 (eager)", peer, "bf16", "eager_us", "tp2"), ("torch bf16 (graph)", peer, "bf16", "graph_us", "tp2")):
+            one, two = table.get(f"{recipe} tp1 T{t}"), table.get(f"{recipe} {two_key} T{t}")
             if not one or not two:
                 continue
             floor = flops / (2 * PEAK[recipe]) * 1e6
             speedup = one[kind] / two[kind]
             rows.append({"contender": name, "T": t, "tp1_us": one[kind], "tp2_us": two[kind], "speedup": speedup, "floor_us": floor})
-            print(f"{name:<24} {t:>6} {one[kind]:>10.1f} {two[kind]:>10.1f} {speedup:>8.2f}x {floor:>14.1f} {two[kind] / floor:>10.2f}x")
+            print(f"{name:<28} {t:>6} {one[kind]:>10.1f} {two[kind]:>10.1f} {speedup:>8.2f}x {floor:>14.1f} {two[kind] / floor:>10.2f}x")
     (out / "table.json").write_text(json.dumps(rows, indent=1))
 
 

@@ -179,18 +179,36 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
         outputs.push_back({{"run", run}, {"name", label}, {"rel_error", c.rel}, {"max_abs_error", c.max_abs}, {"bound", bound}, {"ok", ok}});
       }
     }
-    // Replays: every rank's outputs, byte for byte, the same each time (inference plans: a
-    // train plan's state moves on). Collectives reduce in a fixed order, so they must too.
+    // Replays: every rank's outputs, byte for byte, the same each time from the same state
+    // (delayed scaling's histories move on with each run: restored before each). Inference
+    // plans; a train plan's masters move on too. Collectives reduce in a fixed order.
     int replays = 0;
     bool identical = true;
     if (!profile.train) {
-      std::vector<std::vector<uint8_t>> want(static_cast<size_t>(ranks));
+      std::vector<std::vector<uint8_t>> want(static_cast<size_t>(ranks)), state(static_cast<size_t>(ranks));
+      auto state_buffers = [&](runtime::Session& session, std::vector<uint8_t>& bytes, bool restore, cudaStream_t stream) {
+        size_t at = 0;
+        for (size_t i = 0; i < profile.buffers.size(); ++i) {
+          const plan::Buffer& b = profile.buffers[i];
+          if (b.region != "state") continue;
+          if (!restore) bytes.resize(at + static_cast<size_t>(b.bytes));
+          if (restore) session.upload(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
+          else session.download(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
+          at += static_cast<size_t>(b.bytes);
+        }
+      };
+      on_every_rank(ranks, [&](int r) {
+        Rank& me = rank[static_cast<size_t>(r)];
+        state_buffers(*me.session, state[static_cast<size_t>(r)], false, me.stream);
+      });
+      run_all(true);
       on_every_rank(ranks, [&](int r) { want[static_cast<size_t>(r)] = output_bytes(profile, *rank[static_cast<size_t>(r)].session, rank[static_cast<size_t>(r)].stream); });
       replays = 100;
       std::mutex mutex;
       on_every_rank(ranks, [&](int r) {
         Rank& me = rank[static_cast<size_t>(r)];
         for (int i = 0; i < replays; ++i) {
+          state_buffers(*me.session, state[static_cast<size_t>(r)], true, me.stream);
           me.session->poison(me.stream);
           me.session->run(me.stream);
           me.session->wait(me.stream, o.collective_timeout);

@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
   bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false, grouped_block_scales = true;
+  std::string tp_overlap = "auto";
   int64_t tp = 0;
   std::string optimizer = "none", wgrad = "accumulate";
   tec::TrainOptions train;
@@ -280,7 +281,7 @@ int main(int argc, char** argv) {
   app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay")->check(CLI::Range(0.0, 1.0));
   app.add_option("--tp", tp, "tensor parallel over N ranks: the tp_size of every linear the graph marks tp_mode column or "
                              "row (TE's parallel_mode); the plan holds every rank's shard of the full weights, collectives "
-                             "where TE puts them (JSON graphs; the CPU reference runs all ranks, GPU code is planned)")
+                             "where TE puts them (JSON graphs; te-run --tp N runs one rank per GPU over NCCL, --backend cpu every rank on the CPU reference)")
       ->check(CLI::Range(1, 1024));
   app.add_option("--arch", archs, "target GPU arch, e.g. sm_90 (repeatable; layouts follow the first)");
   app.add_option("--dump-after", dump_after, "print JSON after this pass and stop: frontend | tensor_parallel | apply_recipe | meta | "
@@ -300,6 +301,11 @@ int main(int argc, char** argv) {
                "on tec's Hopper wgmma kernel instead of cuBLASLt (every --arch sm_90; the weight must have no other "
                "GPU reader in any profile). Correct on the H100, but not yet faster there inside the CUDA graph "
                "(README: Benchmarks)");
+  app.add_option("--tp-overlap", tp_overlap,
+                 "tensor parallel: overlap the all-gather before a GEMM and the reduce-scatter after one with that GEMM's row "
+                 "blocks on a second stream inside the CUDA graph: auto (the default: GEMMs of 4096 rows or more, where it "
+                 "measured faster), on (every such GEMM) or off (every collective between the GEMMs)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--grouped-block-scales,!--no-grouped-block-scales", grouped_block_scales,
                "fp8-block MoE experts (grouped_linear) are multiplied in FP8 on tec's grouped GEMM, each 128-deep step of K "
                "scaled by its blocks' scales (the default). --no-grouped-block-scales runs them through a bf16 copy of the "
@@ -333,6 +339,7 @@ int main(int argc, char** argv) {
     options.archs = archs;
     options.mid_m_gemm = mid_m_gemm;
     options.grouped_block_scales = grouped_block_scales;
+    options.overlap_min_rows = tp_overlap == "off" ? -1 : tp_overlap == "on" ? 0 : tec::codegen::kOverlapMinRows;
     if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.tp_size = tp;
@@ -368,6 +375,7 @@ int main(int argc, char** argv) {
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
     if (tp > 0) options.record.options["tp"] = tp;
     if (!grouped_block_scales) options.record.options["grouped_block_scales"] = false;
+    if (tp_overlap != "auto") options.record.options["tp_overlap"] = tp_overlap;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());

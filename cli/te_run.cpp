@@ -70,6 +70,19 @@ void print_stats(const std::string& name, const tec::HostTensor& t) {
               lo, hi, mean, n > 0 ? std::sqrt(std::max(0.0, sum_sq / n - mean * mean)) : 0.0, static_cast<long long>(nan));
 }
 
+// A split GEMM's rows: ", x rows +R, D rows +R" (R: a fixed row or "the rank's block").
+std::string row_block(const tec::plan::Gemm& g) {
+  auto rows = [](const tec::plan::RowOffset& o) {
+    if (o.per_rank == 0) return "+" + std::to_string(o.fixed);
+    return std::string(o.shift == 0 ? "this rank's" : "rank (r+" + std::to_string(o.shift) + ")'s") + " block of " +
+           std::to_string(o.per_rank);
+  };
+  std::string out;
+  if (g.x_rows.fixed || g.x_rows.per_rank) out += ", x rows " + rows(g.x_rows);
+  if (g.d_rows.fixed || g.d_rows.per_rank) out += ", D rows " + rows(g.d_rows);
+  return out;
+}
+
 void inspect(const tec::plan::Plan& plan) {
   std::printf("plan %s: recipe %s, mode %s, target sm_%d, arena %lld B, constants %zu B%s, %zu profile(s)\n", plan.name.c_str(),
               plan.recipe.c_str(), plan.mode.c_str(), plan.target.sm, static_cast<long long>(plan.arena_bytes), plan.constants.size(),
@@ -119,20 +132,25 @@ void inspect(const tec::plan::Plan& plan) {
       for (const auto& l : p.launches) {
         const std::string step = l.step < 0 ? "(run)" : p.steps[static_cast<size_t>(l.step)].name;
         if (l.kind == "gemm")
-          std::printf("  %-24s gemm    m=%lld n=%lld k=%lld A %s/%s B %s/%s -> %s, epilogue %s%s%s, algo %s\n", step.c_str(),
+          std::printf("  %-24s gemm    m=%lld n=%lld k=%lld A %s/%s B %s/%s -> %s, epilogue %s%s%s, algo %s%s\n", step.c_str(),
                       static_cast<long long>(l.gemm.m), static_cast<long long>(l.gemm.n), static_cast<long long>(l.gemm.k),
                       std::string(tec::to_string(l.gemm.a.type)).c_str(), l.gemm.a.scale_mode.c_str(),
                       std::string(tec::to_string(l.gemm.b.type)).c_str(), l.gemm.b.scale_mode.c_str(),
                       std::string(tec::to_string(l.gemm.d_type)).c_str(), l.gemm.epilogue.c_str(), l.gemm.c >= 0 ? ", C" : "",
-                      l.gemm.fast_accum ? ", fast accumulation" : "", l.gemm.algo_source.c_str());
+                      l.gemm.fast_accum ? ", fast accumulation" : "", l.gemm.algo_source.c_str(), row_block(l.gemm).c_str());
         else if (l.kind == "memset")
           std::printf("  %-24s memset  %s\n", step.c_str(), p.buffers[static_cast<size_t>(l.buffer)].name.c_str());
         else if (l.kind == "collective")
-          std::printf("  %-24s nccl    %s%s %lld %s per rank: %s -> %s\n", step.c_str(), l.collective.op.c_str(),
-                      l.collective.op == "all_reduce" || l.collective.op == "reduce_scatter" ? (" (" + l.collective.reduce + ")").c_str() : "",
+          std::printf("  %-24s nccl    %s%s%s %lld %s per rank: %s%s -> %s%s\n", step.c_str(), l.stream ? "[side stream] " : "",
+                      l.collective.op.c_str(), l.collective.op == "copy" || l.collective.op == "all_gather" ? "" : (" (" + l.collective.reduce + ")").c_str(),
                       static_cast<long long>(l.collective.count), std::string(tec::to_string(l.collective.dtype)).c_str(),
                       p.buffers[static_cast<size_t>(l.collective.send)].name.c_str(),
-                      p.buffers[static_cast<size_t>(l.collective.recv)].name.c_str());
+                      l.collective.send_offset ? (" + " + std::to_string(l.collective.send_offset)).c_str() : "",
+                      p.buffers[static_cast<size_t>(l.collective.recv)].name.c_str(),
+                      l.collective.op == "reduce" ? (" on rank " + std::to_string(l.collective.root)).c_str() : "");
+        else if (l.kind == "fork" || l.kind == "join")
+          std::printf("  %-24s %-7s %s\n", step.c_str(), l.kind.c_str(),
+                      l.kind == "fork" ? "the side stream waits for the work so far" : "the run's stream waits for the side stream");
         else
           std::printf("  %-24s %-7s module %d %s grid %lld x %lld threads%s%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
                       l.module, l.entry.c_str(), static_cast<long long>(l.grid[0]), static_cast<long long>(l.block[0]),

@@ -90,7 +90,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   if (stop_after("schedule")) return result;
   codegen::ModuleTable modules;
   codegen::WeightLayouts layouts;
-  const codegen::LoweringTarget target{options.archs, options.mid_m_gemm, options.grouped_block_scales};
+  const codegen::LoweringTarget target{options.archs, options.mid_m_gemm, options.grouped_block_scales, options.overlap_min_rows};
   run.step("lower", [&] {
     // Which weights only tec's own GEMM kernels read, in any profile, is known after lowering
     // them all: a scratch lowering first (cheap: no code is compiled here), then the real one.

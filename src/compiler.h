@@ -31,6 +31,7 @@ struct CompileOptions {
   std::vector<std::string> archs{"sm_90"};  // cubins for each
   bool mid_m_gemm = false;  // experimental: codegen::LoweringTarget::mid_m_gemm
   bool grouped_block_scales = true;  // codegen::LoweringTarget::grouped_block_scales
+  int64_t overlap_min_rows = codegen::kOverlapMinRows;  // codegen::LoweringTarget::overlap_min_rows
   std::string cache_dir = codegen::default_cache_dir();  // kernels and constants; "" disables it
 };
 

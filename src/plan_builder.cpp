@@ -169,14 +169,19 @@ json launches_manifest(const CompiledProfile& p) {
   json out = json::array();
   for (const codegen::Launch& l : p.gpu.launches) {
     json j{{"step", l.step}, {"kind", std::string(codegen::to_string(l.kind))}};
+    if (l.stream != 0) j["stream"] = l.stream;
     switch (l.kind) {
       case codegen::Launch::Kind::memset: j["buffer"] = ref(l.buffer); break;
       case codegen::Launch::Kind::collective: {
         const codegen::CollectiveLaunch& c = l.collective;
         j["collective"] = {{"op", c.op}, {"reduce", c.reduce}, {"send", ref(c.send)}, {"recv", ref(c.recv)}, {"count", c.count},
                            {"dtype", dtype_json(c.dtype)}};
+        if (c.send_offset) j["collective"]["send_offset"] = c.send_offset;
+        if (c.op == "reduce") j["collective"]["root"] = c.root;
         break;
       }
+      case codegen::Launch::Kind::fork:
+      case codegen::Launch::Kind::join: break;
       case codegen::Launch::Kind::kernel: {
         json args = json::array();
         for (const auto& a : l.args) {
@@ -213,6 +218,9 @@ json launches_manifest(const CompiledProfile& p) {
                      {"d", {{"buffer", ref(g.d)}, {"type", dtype_json(g.d_type)}, {"scale", ref(g.d_scale)}, {"amax", ref(g.amax_d)}}},
                      {"fast_accum", g.fast_accum},
                      {"algo", "heuristic"}};
+        auto rows = [](const codegen::RowOffset& r) { return json{{"fixed", r.fixed}, {"per_rank", r.per_rank}, {"shift", r.shift}}; };
+        if (g.x_rows.any()) j["gemm"]["x_rows"] = rows(g.x_rows);
+        if (g.d_rows.any()) j["gemm"]["d_rows"] = rows(g.d_rows);
         break;
       }
     }

@@ -23,6 +23,8 @@ std::string_view to_string(Launch::Kind kind) {
     case Launch::Kind::delayed_scale_inv: return "delayed_scale_inv";
     case Launch::Kind::delayed_update: return "delayed_update";
     case Launch::Kind::collective: return "collective";
+    case Launch::Kind::fork: return "fork";
+    case Launch::Kind::join: return "join";
   }
   return "?";
 }
@@ -1480,6 +1482,7 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
     for (Step& s : schedule.steps) s.workspaces.clear();
     return result;
   }
+  if (target.overlap_min_rows >= 0) overlap_collectives(result.launches, g.tp.size, target.overlap_min_rows, schedule);
   if (any_delayed) {
     Launch l;
     l.kind = Launch::Kind::delayed_update;

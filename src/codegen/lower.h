@@ -34,6 +34,16 @@ struct GemmOperand {
   bool transposed = false;
 };
 
+// Where a GEMM's rows start inside its buffers: `fixed` + ((rank + shift) % tp_size) x
+// `per_rank` rows. A GEMM split into row blocks to overlap a collective (overlap_collectives)
+// computes one block: the block of a destination rank (fixed), or this rank's own or a peer's
+// (per_rank, a tensor-parallel plan's rank known only to the session).
+struct RowOffset {
+  int64_t fixed = 0, per_rank = 0;
+  int shift = 0;
+  bool any() const { return fixed != 0 || per_rank != 0; }
+};
+
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias) (act) (+ beta C), as a TN cuBLASLt matmul with
 // A = w and B = x (NN / TT where an operand is stored transposed).
 struct GemmLaunch {
@@ -49,20 +59,26 @@ struct GemmLaunch {
   // FP8 accumulation without cuBLASLt's periodic promotion to fp32: TE's forward GEMM default
   // for per-tensor scaling (use_split_accumulator=False); block scaling always splits.
   bool fast_accum = false;
+  RowOffset x_rows, d_rows;  // where B = x and C, D start (row-major, untransposed only)
 };
 
 // A collective over the plan's ranks on the session's NCCL communicator (plan::Collective
 // says how `count` is meant).
 struct CollectiveLaunch {
-  std::string op;  // all_gather, reduce_scatter, all_reduce, copy
+  std::string op;  // all_gather, reduce_scatter, all_reduce, reduce (to `root`), copy
   std::string reduce = "sum";  // sum, max
   std::string send, recv;
   int64_t count = 0;
   DType dtype = DType::bf16;
+  int64_t send_offset = 0;  // elements into `send`
+  int root = 0;             // reduce
 };
 
 struct Launch {
-  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update, collective } kind = Kind::kernel;
+  // fork: the side stream waits for the work so far on the main stream; join: the main stream
+  // waits for the side stream's. Inside the CUDA graph they are its edges.
+  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join } kind = Kind::kernel;
+  int stream = 0;  // 0: the run's stream; 1: the session's side stream (collectives overlapped with GEMMs)
   int step = -1;  // -1: run-level (delayed scaling bookkeeping)
   int module = -1;
   std::string entry;
@@ -104,6 +120,12 @@ class ModuleTable {
 // "mid_m_tiles"; plan Buffer::device_layout). Weights not named are row-major.
 using WeightLayouts = std::map<std::string, std::string>;
 
+// te-compile --tp-overlap auto: GEMMs of fewer rows keep their collectives between them.
+// Measured on two H100s (NVLink) at h=8192, ffn=32768 (bench/tp_bench.py, README): at 8192
+// tokens the overlap saved 200 us (bf16) and 25 us (fp8-current) of 7.3 and 4.4 ms; at 2048
+// the row blocks and the collectives' share of the SMs cost 46-50 us more than it hid.
+inline constexpr int64_t kOverlapMinRows = 4096;
+
 // What the GPU code is for, and which of tec's own kernels it may use.
 struct LoweringTarget {
   std::vector<std::string> archs;  // "sm_90", ...
@@ -114,7 +136,23 @@ struct LoweringTarget {
   // of K by its blocks' scales (kernels/grouped_gemm.cu TEC_BLOCK_SCALES). false: through a
   // bf16 copy of the weights (te-compile --no-grouped-block-scales), slower and bigger.
   bool grouped_block_scales = true;
+  // Tensor parallel: overlap the all-gather before a GEMM and the reduce-scatter after one with
+  // that GEMM's row blocks (overlap_collectives) when the GEMM has at least this many rows;
+  // -1: never (te-compile --tp-overlap off), 0: always (on).
+  int64_t overlap_min_rows = kOverlapMinRows;
 };
+
+
+// Tensor parallel over `tp_size` ranks: rewrites `launches` so that collectives run on the
+// side stream while GEMMs compute. An all-gather that a GEMM reads next: the GEMM's block of
+// this rank's own rows (from the rank's unsent input) runs during the gather, the peers'
+// blocks after it. A reduce-scatter of a GEMM's output: the GEMM in one block per destination
+// rank, each reduced to its rank (ncclReduce) while the next block computes. Outputs are the
+// same bytes as without for two ranks (the blocks are the same rows; each sum adds the same two
+// values). GEMMs with block scales along M, transposed operands or an FP8 output are left whole.
+// Records in `schedule` the steps each buffer is used in, now that side-stream work runs
+// beside later steps, for memory_plan.
+void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule);
 
 // Lowers every step of one profile for `target`. Adds workspaces to
 // `schedule` and fusion notes saying which path each GEMM takes. A step with no GPU

@@ -115,6 +115,10 @@ MemoryPlan memory_plan(const Graph& g, const Schedule& s) {
     b.bytes = spec.bytes;
     b.first_step = region == Region::scratch ? first : 0;
     b.last_step = region == Region::scratch ? last : end;
+    if (const auto used = s.gpu_buffer_steps.find(name); region == Region::scratch && used != s.gpu_buffer_steps.end()) {
+      b.first_step = std::min(b.first_step, used->second.first);
+      b.last_step = std::max(b.last_step, used->second.second);
+    }
     plan.buffers.push_back(std::move(b));
   };
 

@@ -3,6 +3,7 @@
 // memory_plan packs every buffer that crosses a step into the arena.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct Schedule {
   std::vector<Step> steps;
   // Values produced and read only inside one step: they never get a buffer.
   std::vector<bool> internal;  // indexed by ValueId
+  // Buffer name -> the first and last step during which GPU launches use it, where that reaches
+  // past its value's own steps: a collective overlapped with a later step's GEMM
+  // (codegen::overlap_collectives). memory_plan keeps such a buffer for those steps too.
+  std::map<std::string, std::pair<int, int>> gpu_buffer_steps;
 };
 
 struct FusionOptions {

@@ -210,6 +210,12 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
   Launch l;
   l.kind = r.str("kind");
   l.step = static_cast<int>(r.integer("step", -1, step_count - 1));
+  l.stream = static_cast<int>(r.optional_integer("stream", 0, 1));
+  TEC_USER_CHECK(l.stream == 0 || l.kind == "collective", r.ctx("stream")) << "only collectives run on the side stream";
+  if (l.kind == "fork" || l.kind == "join") {
+    TEC_USER_CHECK(tp_size > 1, r.ctx("kind")) << "a " << l.kind << " in a plan of one rank";
+    return l;
+  }
   const int buffer_count = static_cast<int>(p.buffers.size());
   // A buffer reference: null or an index; `writable` ones may not point at the constants.
   auto ref = [&](const json& v, const std::string& key, bool writable) -> int {
@@ -284,8 +290,11 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     const Reader c(r.field("collective"), path + "/collective", file);
     Collective& op = l.collective;
     op.op = c.str("op");
-    TEC_USER_CHECK(op.op == "all_gather" || op.op == "reduce_scatter" || op.op == "all_reduce" || op.op == "copy", c.ctx("op"))
-        << "expected all_gather, reduce_scatter, all_reduce or copy, got '" << op.op << "'";
+    TEC_USER_CHECK(op.op == "all_gather" || op.op == "reduce_scatter" || op.op == "all_reduce" || op.op == "reduce" || op.op == "copy",
+                   c.ctx("op"))
+        << "expected all_gather, reduce_scatter, all_reduce, reduce or copy, got '" << op.op << "'";
+    op.send_offset = c.optional_integer("send_offset", 0, kMaxArenaBytes);
+    op.root = static_cast<int>(c.optional_integer("root", 0, tp_size - 1));
     op.reduce = c.str("reduce");
     TEC_USER_CHECK(op.reduce == "sum" || op.reduce == "max", c.ctx("reduce")) << "expected sum or max, got '" << op.reduce << "'";
     op.dtype = c.dtype("dtype");
@@ -301,13 +310,13 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     // What NCCL reads and writes, in bytes, must lie inside the buffers named.
     const int64_t part = checked_mul(op.count, storage_bytes(op.dtype));
     const int64_t whole = checked_mul(part, tp_size);
-    const int64_t send_bytes = op.op == "reduce_scatter" ? whole : part;
+    const int64_t send_bytes = checked_add(op.op == "reduce_scatter" ? whole : part, checked_mul(op.send_offset, storage_bytes(op.dtype)));
     const int64_t recv_bytes = op.op == "all_gather" ? whole : part;
     TEC_USER_CHECK(send_bytes <= bytes_of(op.send) && recv_bytes <= bytes_of(op.recv), r.ctx("collective"))
         << op.op << " of " << op.count << " " << to_string(op.dtype) << " per rank over " << tp_size << " ranks reads "
         << send_bytes << " bytes of a " << bytes_of(op.send) << "-byte buffer and writes " << recv_bytes << " bytes of a "
         << bytes_of(op.recv) << "-byte one";
-    TEC_USER_CHECK(op.send != op.recv || op.op == "all_reduce", r.ctx("collective"))
+    TEC_USER_CHECK(op.send != op.recv || (op.op == "all_reduce" && op.send_offset == 0), r.ctx("collective"))
         << "only an all_reduce works in place";
     return l;
   }
@@ -343,8 +352,26 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
           << "128x128 scales too small";
     return op;
   };
+  // A row block of a split GEMM (tensor-parallel overlap): x, C and D start that many rows in,
+  // whichever rank runs it; the buffers must hold the furthest block.
+  auto row_offset = [&](const std::string& key) {
+    RowOffset o;
+    if (!g.contains(key)) return o;
+    const Reader rows(g.field(key), path + "/gemm/" + key, file);
+    o.fixed = rows.integer("fixed", 0, kMaxDim);
+    o.per_rank = rows.integer("per_rank", 0, kMaxDim);
+    o.shift = static_cast<int>(rows.integer("shift", 0, tp_size - 1));
+    return o;
+  };
+  gemm.x_rows = row_offset("x_rows");
+  gemm.d_rows = row_offset("d_rows");
+  const int64_t x_rows = checked_add(gemm.m, gemm.x_rows.most_rows(tp_size));
+  const int64_t d_rows = checked_add(gemm.m, gemm.d_rows.most_rows(tp_size));
   gemm.a = operand("a", gemm.n, gemm.k);
-  gemm.b = operand("b", gemm.m, gemm.k);
+  gemm.b = operand("b", x_rows, gemm.k);
+  if (x_rows != gemm.m)
+    TEC_USER_CHECK(!gemm.b.transposed && (gemm.b.scale_mode == "none" || gemm.b.scale_mode == "tensor"), r.ctx("x_rows"))
+        << "only an untransposed x with one scale per tensor can start at a row offset";
   gemm.bias = ref(g.field("bias"), "bias", false);
   gemm.bias_type = g.dtype("bias_type");
   if (gemm.bias >= 0)
@@ -361,9 +388,11 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
   gemm.d_type = d.dtype("type");
   gemm.d_scale = ref(d.field("scale"), "d", false);
   gemm.amax_d = ref(d.field("amax"), "d", true);
-  TEC_USER_CHECK(gemm.d >= 0 && bytes_of(gemm.d) >= checked_mul(checked_mul(gemm.m, gemm.n), storage_bytes(gemm.d_type)),
+  TEC_USER_CHECK(gemm.d >= 0 && bytes_of(gemm.d) >= checked_mul(checked_mul(d_rows, gemm.n), storage_bytes(gemm.d_type)),
                  r.ctx("d"))
-      << "GEMM output needs " << gemm.m << "x" << gemm.n << " " << to_string(gemm.d_type);
+      << "GEMM output needs " << d_rows << "x" << gemm.n << " " << to_string(gemm.d_type);
+  if (d_rows != gemm.m)
+    TEC_USER_CHECK(!is_float8(gemm.d_type) && gemm.amax_d < 0, r.ctx("d_rows")) << "an FP8 output (its amax is D's) cannot start at a row offset";
   if (gemm.d_scale >= 0) TEC_USER_CHECK(bytes_of(gemm.d_scale) >= 4, r.ctx("d")) << "D scale too small";
   if (gemm.amax_d >= 0) TEC_USER_CHECK(bytes_of(gemm.amax_d) >= 4, r.ctx("d")) << "amax too small";
   TEC_USER_CHECK(g.field("fast_accum").is_boolean(), r.ctx("fast_accum")) << "expected a boolean";
@@ -381,7 +410,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
   }
   gemm.c = ref(g.field("c"), "c", false);
   if (gemm.c >= 0)
-    TEC_USER_CHECK(bytes_of(gemm.c) >= checked_mul(checked_mul(gemm.m, gemm.n), 2), r.ctx("c")) << "C too small";
+    TEC_USER_CHECK(bytes_of(gemm.c) >= checked_mul(checked_mul(d_rows, gemm.n), 2), r.ctx("c")) << "C too small";
   return l;
 }
 
@@ -616,6 +645,21 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       p.launches.push_back(parse_launch(Reader(launches[i], path + "/gpu/launches/" + std::to_string(i), file),
                                         path + "/gpu/launches/" + std::to_string(i), file, p,
                                         static_cast<int>(plan.modules.size()), static_cast<int>(p.steps.size()), plan.tp_size));
+    // Side-stream work sits between a fork and a join of one phase, so that every selection of
+    // steps a run makes (train plans' forward_only, skipped weight copies) joins what it forks.
+    std::optional<Phase> open;
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      const Launch& l = p.launches[i];
+      const ErrorContext at = gpu.ctx("launches/" + std::to_string(i));
+      const bool side = l.kind == "fork" || l.kind == "join" || l.stream == 1;
+      if (!side) continue;
+      TEC_USER_CHECK(l.step >= 0, at) << "a " << l.kind << " launch belongs to a step";
+      const Phase phase = p.steps.at(static_cast<size_t>(l.step)).phase;
+      TEC_USER_CHECK(l.kind == "fork" || open.has_value(), at) << "side-stream work before any fork";
+      TEC_USER_CHECK(!open || *open == phase, at) << "a fork and its join in different phases";
+      open = l.kind == "join" ? std::nullopt : std::optional<Phase>(phase);
+    }
+    TEC_USER_CHECK(!open.has_value(), gpu.ctx("launches")) << "a fork without a join: the side stream's work would never rejoin the run";
   }
   return p;
 }

@@ -71,6 +71,14 @@ struct GemmOperand {
   bool transposed = false;  // the buffer holds the operand's transpose, row-major
 };
 
+// codegen::RowOffset: fixed + ((rank + shift) % tp_size) x per_rank rows into a buffer.
+struct RowOffset {
+  int64_t fixed = 0, per_rank = 0;
+  int shift = 0;
+  int64_t rows(int64_t rank, int64_t tp_size) const { return fixed + (rank + shift) % tp_size * per_rank; }
+  int64_t most_rows(int64_t tp_size) const { return fixed + (tp_size - 1) * per_rank; }
+};
+
 struct Gemm {
   int64_t m = 0, n = 0, k = 0;
   GemmOperand a, b;
@@ -82,6 +90,7 @@ struct Gemm {
   DType d_type = DType::bf16;
   int d_scale = -1, amax_d = -1;
   bool fast_accum = false;  // FP8 fast accumulation (TE's forward default for per-tensor scaling)
+  RowOffset x_rows, d_rows;  // where B = x, and C and D, start: a row block of a split GEMM
   // "heuristic": ask cuBLASLt at load time; "tuned": te-compile --tune's timed winner, valid
   // for that cuBLASLt version and GPU (else the runtime warns and falls back).
   std::string algo_source = "heuristic";
@@ -106,15 +115,18 @@ struct KernelArg {
 // maximum (`max`: FP8 current scaling's group-wide amax); copy is the identity half of an
 // all_reduce whose sum is in the other direction.
 struct Collective {
-  std::string op;  // all_gather, reduce_scatter, all_reduce, copy
+  std::string op;  // all_gather, reduce_scatter, all_reduce, reduce (to `root` only), copy
   std::string reduce = "sum";  // sum, max (all_reduce, reduce_scatter)
   int send = -1, recv = -1;  // buffers; recv == send: in place
   int64_t count = 0;
   DType dtype = DType::bf16;
+  int64_t send_offset = 0;  // elements into `send`
+  int root = 0;             // reduce
 };
 
 struct Launch {
-  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update, collective
+  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join
+  int stream = 0;    // 0: the run's stream; 1: the side stream (a collective between a fork and a join)
   int step = -1;     // -1: run-level
   int module = -1;
   std::string entry;

@@ -285,6 +285,7 @@ struct Session::Impl {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
     float alpha = 1.0f, beta = 0.0f;
+    size_t x_offset = 0, d_offset = 0, c_offset = 0;  // bytes: a row block of a split GEMM (this rank's)
   };
   std::vector<GemmState> gemms;            // per launch (unused entries for non-GEMMs)
   std::vector<cudaKernel_t> kernels;       // per launch
@@ -292,6 +293,10 @@ struct Session::Impl {
   std::vector<std::string> where;          // per launch: the step it belongs to, for errors
   bool early_launch = false;               // programmatic dependent launch for kernels that allow it
   cudaStream_t capture_stream = nullptr;
+  // Tensor-parallel overlap: collectives on a second stream, forked from and joined to the
+  // run's by one event per fork or join launch.
+  cudaStream_t side_stream = nullptr;
+  std::vector<cudaEvent_t> events;  // per launch
   struct Graph {
     cudaGraph_t graph = nullptr;
     cudaGraphExec_t exec = nullptr;
@@ -311,6 +316,9 @@ struct Session::Impl {
       if (g.graph) cudaGraphDestroy(g.graph);
     }
     if (capture_stream) cudaStreamDestroy(capture_stream);
+    for (cudaEvent_t e : events)
+      if (e) cudaEventDestroy(e);
+    if (side_stream) cudaStreamDestroy(side_stream);
     for (GemmState& g : gemms) {
       if (g.desc) cublasLtMatmulDescDestroy(g.desc);
       for (auto* l : {g.a, g.b, g.c, g.d})
@@ -519,6 +527,9 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     st.beta = g.c >= 0 ? 1.0f : 0.0f;
+    st.x_offset = static_cast<size_t>(g.x_rows.rows(group_.rank, plan_->tp_size) * g.k * storage_bytes(g.b.type));
+    st.d_offset = static_cast<size_t>(g.d_rows.rows(group_.rank, plan_->tp_size) * g.n * storage_bytes(g.d_type));
+    st.c_offset = st.d_offset;  // C has D's type (Plan::load: no row offsets with an FP8 D)
     if (g.algo_source == "tuned") {
       std::string why;
       if (g.algo_cublaslt != cublaslt_version() || g.algo_gpu != device_name_) {
@@ -553,6 +564,14 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   }
 
   if (!tuning_warning_.empty()) std::fprintf(stderr, "tec: warning: %s\n", tuning_warning_.c_str());
+
+  s.events.assign(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    const plan::Launch& l = profile_.launches[i];
+    if (l.kind != "fork" && l.kind != "join") continue;
+    if (!s.side_stream) TEC_ACQUIRE(cudaStreamCreateWithFlags(&s.side_stream, cudaStreamNonBlocking), "side stream");
+    TEC_ACQUIRE(cudaEventCreateWithFlags(&s.events[i], cudaEventDisableTiming), s.where[i]);
+  }
 
   // The graph of a full run, captured now, so that a session that cannot capture fails here.
   TEC_ACQUIRE(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
@@ -754,7 +773,13 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
       }
       TEC_CUDA(cudaLaunchKernelExC(&config, reinterpret_cast<const void*>(s.kernels[i]), args), where);
     } else if (l.kind == "collective") {
-      enqueue_collective(l.collective, stream, where);
+      enqueue_collective(l.collective, l.stream == 1 ? s.side_stream : stream, where);
+    } else if (l.kind == "fork") {
+      TEC_CUDA(cudaEventRecord(s.events[i], stream), where);
+      TEC_CUDA(cudaStreamWaitEvent(s.side_stream, s.events[i], 0), where);
+    } else if (l.kind == "join") {
+      TEC_CUDA(cudaEventRecord(s.events[i], s.side_stream), where);
+      TEC_CUDA(cudaStreamWaitEvent(stream, s.events[i], 0), where);
     } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
       if (s.delayed_count > 0) {
         void* args[] = {&s.delayed_table, &s.delayed_count};
@@ -765,12 +790,13 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
     } else {
       const plan::Gemm& g = l.gemm;
       Impl::GemmState& st = s.gemms[i];
-      void* d = address(g.d);
+      void* d = static_cast<char*>(address(g.d)) + st.d_offset;
       // Without a residual C is not read (beta = 0); an FP8 D has a bf16 C layout, so it gets
       // no pointer rather than D's.
-      const void* c = g.c >= 0 ? address(g.c) : is_fp8(g.d_type) ? nullptr : d;
-      TEC_CUDA(cublasLtMatmul(s.lt, st.desc, &st.alpha, address(g.a.buffer), st.a, address(g.b.buffer), st.b, &st.beta, c, st.c,
-                              d, st.d, &st.algo, s.cublas_workspace, kCublasWorkspaceBytes, stream),
+      const void* c = g.c >= 0 ? static_cast<char*>(address(g.c)) + st.c_offset : is_fp8(g.d_type) ? nullptr : d;
+      const void* x = static_cast<char*>(address(g.b.buffer)) + st.x_offset;
+      TEC_CUDA(cublasLtMatmul(s.lt, st.desc, &st.alpha, address(g.a.buffer), st.a, x, st.b, &st.beta, c, st.c, d, st.d, &st.algo,
+                              s.cublas_workspace, kCublasWorkspaceBytes, stream),
                where);
     }
     const bool last_of_step = position + 1 == run.size() || profile_.launches[run[position + 1]].step != l.step;
@@ -779,7 +805,7 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
 }
 
 void Session::enqueue_collective(const plan::Collective& c, cudaStream_t stream, const std::string& where) {
-  void* send = address(c.send);
+  void* send = static_cast<char*>(address(c.send)) + c.send_offset * storage_bytes(c.dtype);
   void* recv = address(c.recv);
   const auto count = static_cast<size_t>(c.count);
   if (c.op == "copy") {
@@ -798,6 +824,9 @@ void Session::enqueue_collective(const plan::Collective& c, cudaStream_t stream,
   constexpr double kEnqueueSeconds = 300;  // a first call may connect the ranks
   if (c.op == "all_gather")
     check_nccl(n, group_.comm, n.all_gather(send, recv, count, type, group_.comm, stream), "ncclAllGather", where, kEnqueueSeconds);
+  else if (c.op == "reduce")
+    check_nccl(n, group_.comm, n.reduce(send, recv, count, type, reduce, c.root, group_.comm, stream), "ncclReduce", where,
+               kEnqueueSeconds);
   else if (c.op == "reduce_scatter")
     check_nccl(n, group_.comm, n.reduce_scatter(send, recv, count, type, reduce, group_.comm, stream), "ncclReduceScatter", where,
                kEnqueueSeconds);

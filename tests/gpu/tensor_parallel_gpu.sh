@@ -4,7 +4,9 @@
 #   - each output is within the recipe's bound of the CPU reference running both ranks, and 100
 #     replays are bit-identical (te-run --verify-cpu);
 #   - the TP=2 output is within the recipe's bound of the TP=1 plan's on one GPU;
-# and a bf16 training step's outputs and weight-gradient shards match the reference's. Errors:
+# outputs with and without the overlap of collectives and GEMMs are the same bytes; and a bf16
+# and an fp8-current training step's outputs and weight-gradient shards match the reference's.
+# Errors:
 # --tp that is not the plan's (exit 2), NCCL missing (exit 7, naming the library).
 #   bash tests/gpu/tensor_parallel_gpu.sh TE_COMPILE TE_RUN OUT_DIR
 # Exits 77 (skipped) without two CUDA devices. NCCL: libnccl.so.2 on the loader's path, or
@@ -50,11 +52,31 @@ PY
   done
 done
 
+# With the overlap (te-compile --tp-overlap on: collectives beside the GEMMs' row blocks on a
+# second stream; auto leaves GEMMs this small serial) the outputs are the same bytes: the row
+# blocks are the same rows, each reduction the same sum of two.
+for recipe in bf16 fp8-current; do
+  name="$recipe.T256"
+  "$compile" "$graph" --tp 2 --shape T=256 --recipe $recipe --tp-overlap on -q -o "$out/$name.overlap.teplan" &&
+    "$run" "$out/$name.overlap.teplan" --tp 2 --verify-cpu --iterations 2 --warmup 0 --save-outputs "$out/$name.overlap" \
+      > "$out/$name.overlap.log" 2>&1 || { cat "$out/$name.overlap.log"; fail "$name: --tp-overlap on"; continue; }
+  grep -E "replays|verify:" "$out/$name.overlap.log" | sed "s/^/$name --tp-overlap on: /"
+  python3 - "$out/$name.overlap/y.npy" "$out/$name.tp2/y.npy" "$name" <<'PY' || fail "$name: overlapped and serial outputs differ"
+import sys, numpy as np
+a, b = np.load(sys.argv[1]), np.load(sys.argv[2])
+same = a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+print(f"{sys.argv[3]}: y with --tp-overlap on against without: {'bit-identical' if same else 'DIFFERENT'}")
+sys.exit(0 if same else 1)
+PY
+done
+
 # A training step: the backward's collectives (the all-gather's reduce-scatter and back).
-"$compile" "$graph" --tp 2 --shape T=64 --recipe bf16 --mode train -q -o "$out/train.tp2.teplan" || fail "train: te-compile"
-"$run" "$out/train.tp2.teplan" --tp 2 --verify-cpu --verify-steps 2 --iterations 5 --warmup 1 > "$out/train.log" 2>&1 ||
-  { cat "$out/train.log"; fail "train: te-run --tp 2 --verify-cpu"; }
-grep -E "FAIL|verify:" "$out/train.log" | sed "s/^/train: /"
+for recipe in bf16 fp8-current; do
+  "$compile" "$graph" --tp 2 --shape T=64 --recipe $recipe --mode train -q -o "$out/train.$recipe.teplan" || fail "train $recipe: te-compile"
+  "$run" "$out/train.$recipe.teplan" --tp 2 --verify-cpu --verify-steps 2 --iterations 5 --warmup 1 > "$out/train.$recipe.log" 2>&1 ||
+    { cat "$out/train.$recipe.log"; fail "train $recipe: te-run --tp 2 --verify-cpu"; }
+  grep -E "FAIL|verify:|^  1 " "$out/train.$recipe.log" | sed "s/^/train $recipe: /"
+done
 
 # Errors: a --tp that is not the plan's, and NCCL missing.
 "$run" "$out/probe.teplan" --tp 4 > "$out/wrong_tp.log" 2>&1

@@ -209,7 +209,7 @@ TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collec
 
 namespace {
 
-CompileResult lowered_tp(const std::string& graph, RecipeKind recipe, Mode mode = Mode::infer) {
+CompileResult lowered_tp(const std::string& graph, RecipeKind recipe, Mode mode = Mode::infer, bool overlap = true) {
   const auto path = (std::filesystem::temp_directory_path() / ("tec_tp_lowering_" + std::to_string(::getpid()) + ".json")).string();
   std::ofstream(path) << graph;
   CompileOptions options;
@@ -217,6 +217,7 @@ CompileResult lowered_tp(const std::string& graph, RecipeKind recipe, Mode mode 
   options.frontend.recipe = recipe;
   options.frontend.mode = mode;
   options.archs = {"sm_90"};
+  options.overlap_min_rows = overlap ? 0 : -1;  // --tp-overlap on / off
   options.cache_dir = (std::filesystem::temp_directory_path() / ("tec_tp_lowering_cache_" + std::to_string(::getpid()))).string();
   CompileResult r = compile(options);
   std::filesystem::remove(path);
@@ -230,7 +231,8 @@ std::vector<std::string> collectives_of(const CompiledProfile& p, const std::str
     if (l.kind != codegen::Launch::Kind::collective || p.schedule.steps.at(static_cast<size_t>(l.step)).name != step) continue;
     const codegen::CollectiveLaunch& c = l.collective;
     out.push_back(c.op + " " + c.reduce + " " + std::to_string(c.count) + " " + std::string(to_string(c.dtype)) +
-                  (c.send == c.recv ? " in place" : ""));
+                  (c.send == c.recv ? " in place" : "") + (c.op == "reduce" ? " to rank " + std::to_string(c.root) : "") +
+                  (l.stream == 1 ? " on the side stream" : ""));
   }
   return out;
 }
@@ -238,22 +240,52 @@ std::vector<std::string> collectives_of(const CompiledProfile& p, const std::str
 }  // namespace
 
 TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gather moves FP8 codes") {
-  SUBCASE("fp8-current, sequence parallel: the group's amax, then each rank's rows quantized and gathered as bytes") {
-    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current);
+  SUBCASE("fp8-current, sequence parallel, --tp-overlap off: the group's amax, then each rank's rows quantized and gathered as bytes") {
+    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current, Mode::infer, /*overlap=*/false);
     const CompiledProfile& p = r.profiles.at(0);
     REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
     // x is [64, 256] whole, so [32, 256] per rank: 8192 elements each.
     CHECK(collectives_of(p, "fc1.all_gather") ==
           std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3"});
     CHECK(collectives_of(p, "fc2.reduce_scatter") == std::vector<std::string>{"reduce_scatter sum 8192 bf16"});
+    CHECK(std::none_of(p.gpu.launches.begin(), p.gpu.launches.end(), [](const codegen::Launch& l) { return l.stream != 0; }));
     // The plan file carries them, and the reader takes them.
     const plan::Plan loaded = plan::Plan::load(plan::serialize_plan(r.plan->manifest, r.plan->blobs), "tp.teplan");
     const auto& launches = loaded.profiles.at(0).launches;
     CHECK(std::count_if(launches.begin(), launches.end(), [](const plan::Launch& l) { return l.kind == "collective"; }) == 3);
   }
+  SUBCASE("--tp-overlap on: the gather beside fc1's own rows, a reduction per destination beside fc2's next block") {
+    const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    CHECK(collectives_of(p, "fc1.all_gather") ==
+          std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3 on the side stream"});
+    CHECK(collectives_of(p, "fc2.reduce_scatter") == std::vector<std::string>{"reduce sum 8192 bf16 to rank 0 on the side stream",
+                                                                                "reduce sum 8192 bf16 to rank 1 on the side stream"});
+    // The launches in order, kinds and row blocks: fc1's block of this rank's rows reads the
+    // rank's own codes while they are gathered, the peer's block reads the gathered tensor.
+    std::vector<std::string> order;
+    const codegen::Launch* gather = nullptr;
+    for (const codegen::Launch& l : p.gpu.launches) {
+      if (l.kind == codegen::Launch::Kind::collective && l.collective.op == "all_gather") gather = &l;
+      if (l.kind == codegen::Launch::Kind::fork || l.kind == codegen::Launch::Kind::join) order.push_back(std::string(codegen::to_string(l.kind)));
+      if (l.kind == codegen::Launch::Kind::collective && l.stream == 1) order.push_back(l.collective.op);
+      if (l.kind != codegen::Launch::Kind::gemm) continue;
+      const codegen::GemmLaunch& g = l.gemm;
+      order.push_back("gemm m=" + std::to_string(g.m) + (g.b.buffer == (gather ? gather->collective.send : "") ? " own rows" : "") +
+                      " x+" + std::to_string(g.x_rows.fixed) + "/" + std::to_string(g.x_rows.per_rank) + "s" + std::to_string(g.x_rows.shift) +
+                      " d+" + std::to_string(g.d_rows.fixed) + "/" + std::to_string(g.d_rows.per_rank) + "s" + std::to_string(g.d_rows.shift));
+    }
+    CHECK(order == std::vector<std::string>{"fork", "all_gather", "gemm m=32 own rows x+0/0s0 d+0/32s0", "join",
+                                            "gemm m=32 x+0/32s1 d+0/32s1",
+                                            "gemm m=32 x+0/0s0 d+0/0s0", "fork", "reduce", "gemm m=32 x+32/0s0 d+32/0s0", "fork", "reduce",
+                                            "join"});
+  }
   SUBCASE("fp8-delayed: the local amax record maxed over the group, the codes gathered") {
     const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_delayed);
     REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+    // fc1 writes its FP8 output and that output's amax itself (the delayed recipe's GEMM
+    // epilogue), which row blocks cannot split: its gather is not overlapped.
     CHECK(collectives_of(r.profiles.at(0), "fc1.all_gather") ==
           std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3"});
   }
@@ -298,6 +330,36 @@ TEST_CASE("the plan reader checks every collective launch against its buffers an
   CHECK(load_error([](nlohmann::json& c) { c["op"] = "reduce_scatter"; }).find("never summed") != std::string::npos);
   CHECK(load_error([](nlohmann::json& c) { c["recv"] = c["send"]; c["count"] = 1; }).find("only an all_reduce works in place") != std::string::npos);
   CHECK(load_error([](nlohmann::json& c) { c["recv"] = 9999; }).find("a buffer index below") != std::string::npos);
+
+  // The overlap's launches: side-stream work between a fork and a join, row blocks inside
+  // their buffers for every rank, a reduction's root one of the ranks.
+  auto launches_error = [&](const std::function<void(nlohmann::json&)>& edit) {
+    nlohmann::json m = r.plan->manifest;
+    edit(m["profiles"][0]["gpu"]["launches"]);
+    return test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, r.plan->blobs), "hostile.teplan"); }).message();
+  };
+  auto erase_kind = [](nlohmann::json& launches, const std::string& kind) {
+    for (size_t i = launches.size(); i-- > 0;)
+      if (launches[i]["kind"] == kind) launches.erase(i);
+  };
+  CHECK(launches_error([&](nlohmann::json& l) { erase_kind(l, "join"); }).find("a fork without a join") != std::string::npos);
+  CHECK(launches_error([&](nlohmann::json& l) { erase_kind(l, "fork"); }).find("side-stream work before any fork") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "gemm") x["stream"] = 1;
+        }).find("only collectives run on the side stream") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "gemm" && x["gemm"].contains("x_rows")) x["gemm"]["x_rows"]["per_rank"] = 64;
+        }).find("GEMM operand b needs 96x") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "collective" && x["collective"]["op"] == "reduce") x["collective"]["root"] = 2;
+        }).find("expected an integer in [0, 1]") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "collective" && x["collective"]["op"] == "reduce") x["collective"]["send_offset"] = 8193;
+        }).find("reads 32770 bytes") != std::string::npos);
 }
 
 TEST_CASE("--tp on an ONNX model is refused: ONNX marks no linear parallel") {
