@@ -59,6 +59,7 @@ plans.append(("mlp_tiny.json", "fp8-delayed", ["--mode", "train", "--optimizer",
 plans.append(("swiglu_mlp.json", "bf16", ["--mode", "train", "--wgrad", "write", "--shape", "T=32"]))
 # Tensor parallel: every rank's constants, the layouts, and NCCL launches (an FP8 all-gather).
 plans.append(("mlp_tp.json", "fp8-current", ["--tp", "2", "--shape", "T=64"]))
+plans.append(("mlp_tp.json", "bf16", ["--tp", "2", "--shape", "T=64", "--tp-overlap", "on"]))
 for model, recipe, extra in plans:
     recipe_args = ["--recipe", recipe] if recipe else []
     out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],
@@ -80,9 +81,15 @@ for model, recipe, extra in plans:
                any(l.get("shared_bytes", 0) > 0 for l in launches) and any(b.get("device_layout") == "mid_m_tiles" for b in buffers))
 
     if "--tp" in extra:
-        ops = [l["collective"]["op"] for p in manifest["profiles"] for l in p["gpu"]["launches"] if l["kind"] == "collective"]
-        expect("the TP plan's launches hold its collectives: the amax all-reduce, the FP8 all-gather, the reduce-scatter",
-               manifest["tp_size"] == 2 and ops == ["all_reduce", "all_gather", "reduce_scatter"])
+        launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
+        ops = [l["collective"]["op"] for l in launches if l["kind"] == "collective"]
+        if "--tp-overlap" in extra:
+            expect("the overlapped TP plan forks a side stream for the gather and the reductions, and joins it",
+                   ops == ["all_gather", "reduce", "reduce"] and [l["kind"] for l in launches].count("join") == 2 and
+                   any("x_rows" in l.get("gemm", {}) for l in launches))
+        else:
+            expect("the TP plan's launches hold its collectives: the amax all-reduce, the FP8 all-gather, the reduce-scatter",
+                   manifest["tp_size"] == 2 and ops == ["all_reduce", "all_gather", "reduce_scatter"])
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
