@@ -92,6 +92,7 @@ def part_tec(args, out, tokens):
 def torch_rank(rank, world, tokens, port, queue):
     import torch, torch.distributed as dist
     import torch.nn.functional as F
+    from moe_bench import hand_graph  # warm-up on a side stream, then one capture
     torch.cuda.set_device(rank)
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     g = torch.Generator(device="cuda").manual_seed(1234 + rank)
@@ -133,15 +134,7 @@ def torch_rank(rank, world, tokens, port, queue):
             return sorted(times)[len(times) // 2]
 
         eager = timed(step)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream().wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            step()
+        captured, _ = hand_graph(step)
         graph_us = timed(captured.replay)
         out[f"T{t}"] = {"eager_us": eager, "graph_us": graph_us, "device": torch.cuda.get_device_name(rank)}
         del captured

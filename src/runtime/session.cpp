@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "mid_m_layout.h"
 #include "status.h"
 #include "small_m_layout.h"
@@ -273,6 +274,34 @@ void forget_unused_shared() noexcept {
 
 }  // namespace
 
+namespace {
+
+// Every rank of a group must run the same plan and profile: their collectives pair up launch by
+// launch, and a rank on another plan (another compile, other weights, another profile) would
+// leave the others waiting or mix tensors of other shapes. The ranks' fingerprints of plan and
+// profile are all-gathered once, when the sessions are made (all ranks at once, as NCCL needs).
+void check_same_plan_on_every_rank(const NcclLibrary& nccl, const Communicator& group, int ranks, uint64_t fingerprint) {
+  const auto count = static_cast<size_t>(ranks);
+  const std::unique_ptr<void, void (*)(void*)> device(device_alloc((count + 1) * sizeof(uint64_t), "plan fingerprints"),
+                                                      [](void* p) { cudaFree(p); });
+  auto* slots = static_cast<uint64_t*>(device.get());
+  cudaStream_t stream = nullptr;
+  TEC_ACQUIRE(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "plan check");
+  const std::unique_ptr<CUstream_st, cudaError_t (*)(cudaStream_t)> stream_owner(stream, cudaStreamDestroy);
+  TEC_CUDA(cudaMemcpy(slots + count, &fingerprint, sizeof fingerprint, cudaMemcpyHostToDevice), "plan check");
+  const std::string what = "rank " + std::to_string(group.rank) + "'s check that every rank runs this plan";
+  check_nccl(nccl, group.comm, nccl.all_gather(slots + count, slots, 1, ncclUint64, group.comm, stream), "ncclAllGather", what, 300);
+  wait_for_collectives(nccl, group.comm, stream, 300, what);
+  std::vector<uint64_t> every(count);
+  TEC_CUDA(cudaMemcpy(every.data(), slots, count * sizeof(uint64_t), cudaMemcpyDeviceToHost), "plan check");
+  for (size_t r = 0; r < count; ++r)
+    TEC_USER_CHECK(every[r] == fingerprint, (ErrorContext{"runtime", "", "", ""}))
+        << "rank " << r << " runs another plan or profile than rank " << group.rank
+        << " (their collectives would not pair up): every rank must load the same .teplan file and pick the same profile";
+}
+
+}  // namespace
+
 struct Session::Impl {
   std::shared_ptr<DeviceShared> shared;
   void* arena = nullptr;
@@ -380,6 +409,11 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   const char* no_early = std::getenv("TEC_DISABLE_EARLY_LAUNCH");
   s.early_launch = prop.major >= 9 && !(no_early && std::string(no_early) == "1");
   s.shared = shared_for(*plan_, device, group_.rank, arch);
+  if (nccl_) {
+    std::string dims;
+    for (const auto& [dim, size] : profile_.dims) dims += dim + "=" + std::to_string(size) + ";";
+    check_same_plan_on_every_rank(*nccl_, group_, static_cast<int>(plan_->tp_size), checksum64(plan_->manifest.dump() + dims));
+  }
   s.arena = device_alloc(static_cast<size_t>(plan_->arena_bytes), "arena");
   if (plan_->arena_bytes) TEC_CUDA(cudaMemset(s.arena, 0, static_cast<size_t>(plan_->arena_bytes)), "arena");
   s.cublas_workspace = device_alloc(kCublasWorkspaceBytes, "cuBLASLt workspace");

@@ -1,7 +1,8 @@
 // Tensor parallelism through the embedding API (issue 24): each rank's tec::Session made with
 // the caller's NCCL communicator (Session::create_rank), on its own GPU and thread, gives its
 // part of the output within the recipe's bound of the CPU reference running every rank; and
-// the errors a service meets: no communicator, one of the wrong size, a rank that never joins.
+// the errors a service meets: no communicator, one of the wrong size, a rank that never joins,
+// ranks on different plans.
 // tests/gpu/tensor_parallel_gpu.sh runs te-run --tp 2 over every recipe.
 #include <cmath>
 #include <cstring>
@@ -134,6 +135,23 @@ int tensor_parallel_test(const std::string& arch) {
     std::printf("  %s\n", line.c_str());
     failures += line.find("FAIL") != std::string::npos;
   }
+
+  // Rank 1 on another plan (fp8-current, other collectives): both ranks refuse at creation.
+  const std::vector<uint8_t> other_bytes = tp_plan_bytes(arch, RecipeKind::fp8_current);
+  auto other = tec::Plan::load_memory(other_bytes.data(), other_bytes.size(), "mlp_tp2_fp8");
+  nccl->get_unique_id(&id);
+  std::vector<Status> mismatched(2);
+  ranks.clear();
+  for (int r = 0; r < 2; ++r)
+    ranks.emplace_back([&, r] {
+      CHECK_CUDA(cudaSetDevice(r));
+      ncclComm_t comm = runtime::init_communicator(*nccl, id, 2, r, 120);
+      mismatched[static_cast<size_t>(r)] = tec::Session::create_rank(r == 0 ? plan : other.value(), comm, r).status();
+      nccl->comm_destroy(comm);
+    });
+  for (auto& t : ranks) t.join();
+  failures += !mentions(mismatched[0], "runs another plan or profile", "rank 0 when rank 1 loads another plan");
+  failures += !mentions(mismatched[1], "runs another plan or profile", "rank 1 on another plan than rank 0");
   return failures;
 }
 
