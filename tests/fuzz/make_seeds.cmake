@@ -25,8 +25,9 @@ foreach(train "mlp_tiny;fp8-delayed;--optimizer;adamw" "swiglu_mlp;bf16;--wgrad;
     message(FATAL_ERROR "te-compile --mode train failed for ${model} ${recipe}")
   endif()
 endforeach()
-# A tensor-parallel plan: every rank's constants blob, collective steps, tp layouts.
-execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/mlp_tp.json --tp 2 --shape T=64 -q
+# A tensor-parallel plan: every rank's constants blob, collective steps, tp layouts, and NCCL
+# launches overlapped with GEMM row blocks (fork/join, side stream, row offsets).
+execute_process(COMMAND ${TE_COMPILE} ${SOURCE_DIR}/examples/mlp_tp.json --tp 2 --shape T=64 --tp-overlap on -q
                         -o ${OUT}/plan_container/mlp_tp2.teplan
                 RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
