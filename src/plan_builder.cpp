@@ -17,23 +17,6 @@ namespace {
 
 using json = nlohmann::json;
 
-// Rank `rank`'s slice of a full tensor (WeightSource::Shard).
-std::vector<float> shard_of(const std::vector<float>& full, const WeightSource::Shard& shard, int64_t rank) {
-  const auto d = static_cast<size_t>(shard.dim);
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < d; ++i) outer *= shard.full.dims[i];
-  for (size_t i = d + 1; i < shard.full.dims.size(); ++i) inner *= shard.full.dims[i];
-  const int64_t along = shard.full.dims[d], group = along / shard.groups, chunk = group / shard.parts;
-  std::vector<float> out;
-  out.reserve(static_cast<size_t>(outer * chunk * shard.groups * inner));
-  for (int64_t o = 0; o < outer; ++o)
-    for (int64_t g = 0; g < shard.groups; ++g) {
-      const auto first = full.begin() + static_cast<std::ptrdiff_t>((o * along + g * group + rank * chunk) * inner);
-      out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(chunk * inner));
-    }
-  return out;
-}
-
 // A weight's values for rank `rank` of the plan: the whole tensor, or the rank's shard of it.
 std::vector<float> weight_values(const Value& v, int64_t rank) {
   const WeightSource& src = *v.weight;
@@ -53,7 +36,8 @@ std::vector<float> weight_values(const Value& v, int64_t rank) {
         << "weights file changed since it was checked: tensor '" << src.tensor << "'";
     return read_tensor_as_float(index, it->second);
   }();
-  return src.shard ? shard_of(values, *src.shard, rank) : values;
+  return src.shard ? part_along(values, src.shard->full, static_cast<size_t>(src.shard->dim), src.shard->parts, rank, src.shard->groups)
+                    : values;
 }
 
 // The constants blob: each weight rounded to its dtype, then quantized as the recipe says.

@@ -63,4 +63,20 @@ std::string Shape::str() const {
   return s + "]";
 }
 
+std::vector<float> part_along(const std::vector<float>& values, const Shape& shape, size_t dim, int64_t parts, int64_t index,
+                              int64_t groups) {
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < dim; ++i) outer *= shape.dims[i];
+  for (size_t i = dim + 1; i < shape.dims.size(); ++i) inner *= shape.dims[i];
+  const int64_t along = shape.dims[dim], group = along / groups, chunk = group / parts;
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(outer * groups * chunk * inner));
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t g = 0; g < groups; ++g) {
+      const auto first = values.begin() + static_cast<std::ptrdiff_t>((o * along + g * group + index * chunk) * inner);
+      out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(chunk * inner));
+    }
+  return out;
+}
+
 }  // namespace tec

@@ -45,4 +45,11 @@ int64_t checked_add(int64_t a, int64_t b);
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline int64_t round_up(int64_t a, int64_t b) { return ceil_div(a, b) * b; }
 
+// Part `index` of `parts` equal parts along `dim` of `values`, a row-major tensor of `shape`:
+// a tensor-parallel rank's slice. With `groups` > 1 the dim is `groups` equal groups and the
+// part is taken from each in turn (a gated linear's weight: the rank's gate rows, then its up
+// rows). The caller checked that the sizes divide.
+std::vector<float> part_along(const std::vector<float>& values, const Shape& shape, size_t dim, int64_t parts, int64_t index,
+                              int64_t groups = 1);
+
 }  // namespace tec

@@ -418,16 +418,8 @@ size_t split_dim(TpLayout layout, size_t rank) { return layout == TpLayout::sequ
 
 // Part r of `whole` along `dim`, one of `parts` equal parts.
 HostTensor part_of(const HostTensor& whole, size_t dim, int64_t parts, int64_t r) {
-  int64_t outer = 1, inner = 1;
-  for (size_t i = 0; i < dim; ++i) outer *= whole.shape.dims[i];
-  for (size_t i = dim + 1; i < whole.shape.rank(); ++i) inner *= whole.shape.dims[i];
-  const int64_t along = whole.shape.dims[dim], chunk = along / parts;
-  HostTensor part{whole.shape, {}};
-  part.shape.dims[dim] = chunk;
-  for (int64_t o = 0; o < outer; ++o) {
-    const auto first = whole.values.begin() + static_cast<std::ptrdiff_t>((o * along + r * chunk) * inner);
-    part.values.insert(part.values.end(), first, first + static_cast<std::ptrdiff_t>(chunk * inner));
-  }
+  HostTensor part{whole.shape, part_along(whole.values, whole.shape, dim, parts, r)};
+  part.shape.dims[dim] /= parts;
   return part;
 }
 
