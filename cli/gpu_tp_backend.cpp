@@ -98,9 +98,11 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
     std::vector<Rank>& ranks;
     const runtime::NcclLibrary& nccl;
     ~Cleanup() {
+      // After an error a peer may still wait in a collective: abort, which never blocks.
+      const bool failed = std::uncaught_exceptions() > 0;
       for (Rank& r : ranks) {
         r.session.reset();
-        if (r.comm) nccl.comm_destroy(r.comm);
+        if (r.comm) failed ? nccl.comm_abort(r.comm) : nccl.comm_destroy(r.comm);
         if (r.stream) cudaStreamDestroy(r.stream);
       }
     }
