@@ -49,14 +49,17 @@ expect("the report gives the member count" 0 "\"members\": 4" ${CMAKE_COMMAND} -
 expect("an MoE plan runs on the CPU reference" 0 "y  " ${TE_RUN} ${WORK_DIR}/moe.teplan --backend cpu)
 expect("--rotate-seeds is a GPU option" 2 "are GPU options" ${TE_RUN} ${WORK_DIR}/moe.teplan --backend cpu --rotate-seeds)
 # Tensor parallelism (issue 24): one plan holds every rank's shards; the CPU reference runs all
-# ranks in one process with whole inputs and outputs; the GPU says what it lacks.
+# ranks in one process with whole inputs and outputs; on the GPU the collectives are NCCL launches.
 set(tp ${SOURCE_DIR}/examples/mlp_tp.json)
 expect("te-compile --tp writes one plan for every rank" 0 "tensor parallel over 4 ranks" ${TE_COMPILE} ${tp} --tp 4 --shape T=64 -o ${WORK_DIR}/tp4.teplan)
 expect("the TP plan runs every rank on the CPU reference, whole y out" 0 "y            [64, 64]" ${TE_RUN} ${WORK_DIR}/tp4.teplan --backend cpu --save-outputs ${WORK_DIR}/tp_out)
 expect("the TP plan takes a whole x" 0 "y            [64, 64]" ${TE_RUN} ${WORK_DIR}/tp4.teplan --backend cpu --input x=${WORK_DIR}/tp_out/y.npy)
 expect("--inspect shows the layouts and collective steps" 0 "x sequence;" ${TE_RUN} ${WORK_DIR}/tp4.teplan --inspect)
 expect("--inspect lists the all-gather step" 0 "collective" ${TE_RUN} ${WORK_DIR}/tp4.teplan --inspect)
-expect("the TP plan has no GPU code yet, and says why" 0 "GPU: no GPU code: tensor parallel over 4 ranks" ${TE_COMPILE} ${tp} --tp 4 --shape T=64 -o ${WORK_DIR}/tp4b.teplan)
+expect("the TP plan's collectives are NCCL launches on the GPU" 0 "nccl    all_gather" ${TE_RUN} ${WORK_DIR}/tp4.teplan --inspect)
+expect("--tp-overlap on compiles" 0 "tensor parallel over 4 ranks" ${TE_COMPILE} ${tp} --tp 4 --shape T=64 --tp-overlap on -o ${WORK_DIR}/tp4b.teplan)
+expect("--tp-overlap on: te-run --inspect shows the side stream" 0 "[side stream] all_gather" ${TE_RUN} ${WORK_DIR}/tp4b.teplan --inspect)
+expect("te-run --tp must be the plan's rank count" 2 "the plan is compiled for 4 rank(s)" ${TE_RUN} ${WORK_DIR}/tp4.teplan --tp 2)
 expect("--tp needs linears marked parallel" 3 "marks none" ${TE_COMPILE} ${tiny} --tp 2)
 expect("--tp on ONNX is unsupported" 4 "tensor-parallel plans come from JSON graphs" ${TE_COMPILE} ${SOURCE_DIR}/examples/onnx/gpt_mlp.onnx --tp 2)
 expect("--tp must be a positive rank count" 2 "--tp" ${TE_COMPILE} ${tp} --tp 0)
