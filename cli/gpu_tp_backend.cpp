@@ -240,15 +240,20 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
       cudaEvent_t start, stop;
       TEC_CLI_CUDA(cudaEventCreate(&start));
       TEC_CLI_CUDA(cudaEventCreate(&stop));
-      for (int i = 0; i < o.warmup + o.iterations; ++i) {
-        sync.arrive_and_wait();
-        TEC_CLI_CUDA(cudaEventRecord(start, me.stream));
-        graph ? me.session->run(me.stream) : me.session->run_eager(me.stream);
-        TEC_CLI_CUDA(cudaEventRecord(stop, me.stream));
-        me.session->wait(me.stream, o.collective_timeout);
-        float ms = 0;
-        TEC_CLI_CUDA(cudaEventElapsedTime(&ms, start, stop));
-        if (i >= o.warmup) us[static_cast<size_t>(r)].push_back(ms * 1000.0);
+      try {
+        for (int i = 0; i < o.warmup + o.iterations; ++i) {
+          sync.arrive_and_wait();
+          TEC_CLI_CUDA(cudaEventRecord(start, me.stream));
+          graph ? me.session->run(me.stream) : me.session->run_eager(me.stream);
+          TEC_CLI_CUDA(cudaEventRecord(stop, me.stream));
+          me.session->wait(me.stream, o.collective_timeout);
+          float ms = 0;
+          TEC_CLI_CUDA(cudaEventElapsedTime(&ms, start, stop));
+          if (i >= o.warmup) us[static_cast<size_t>(r)].push_back(ms * 1000.0);
+        }
+      } catch (...) {
+        sync.arrive_and_drop();  // the other ranks stop waiting for this one at the barrier
+        throw;
       }
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
