@@ -1,6 +1,6 @@
 // Tensor parallel: collectives overlapped with the GEMMs next to them (lower.h,
 // overlap_collectives). Runs on a profile's finished launches, so the step lowerings stay as
-// they are and a plan compiled with --no-tp-overlap differs only here.
+// they are and a plan compiled with --tp-overlap off differs only here.
 #include <algorithm>
 #include <map>
 
