@@ -31,15 +31,28 @@ fi
 # python needs --break-system-packages (PEP 668).
 python_tools=(numpy ml_dtypes jsonschema onnx onnxruntime)
 python_bin=${PYTHON:-python3}
-if ! "$python_bin" -c "import numpy, ml_dtypes, jsonschema, onnx, onnxruntime" 2>/dev/null; then
-  echo "install-deps: installing Python tools: ${python_tools[*]}"
-  pip_flags=(--quiet --disable-pip-version-check)
+pip_install() {
+  local pip_flags=(--quiet --disable-pip-version-check)
   if "$python_bin" -c 'import sys; sys.exit(0 if sys.prefix == sys.base_prefix and sys.prefix.startswith("/usr") else 1)'; then
     pip_flags+=(--break-system-packages)
   fi
-  "$python_bin" -m pip install "${pip_flags[@]}" "${python_tools[@]}"
+  "$python_bin" -m pip install "${pip_flags[@]}" "$@"
+}
+if ! "$python_bin" -c "import numpy, ml_dtypes, jsonschema, onnx, onnxruntime" 2>/dev/null; then
+  echo "install-deps: installing Python tools: ${python_tools[*]}"
+  pip_install "${python_tools[@]}"
 else
   echo "install-deps: Python tools present"
+fi
+
+# The cuDNN frontend's C++ headers (attention through cuDNN, issue 25): PyPI's wheel puts them
+# in site-packages/include, where CMake looks. cuDNN itself comes with CUDA 13 toolkits (and on
+# GPU machines with PyTorch's nvidia-cudnn-cu13); tec loads it at run time.
+if ! "$python_bin" -c "import os, sysconfig, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()['platlib'], 'include', 'cudnn_frontend.h')) else 1)"; then
+  echo "install-deps: installing the cuDNN frontend headers (nvidia-cudnn-frontend)"
+  pip_install nvidia-cudnn-frontend
+else
+  echo "install-deps: cuDNN frontend headers present"
 fi
 
 if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then

@@ -60,6 +60,34 @@ inline Compare compare(const HostTensor& got, const HostTensor& want) {
   return c;
 }
 
+// A session's outputs, byte for byte: the replay checks.
+inline std::vector<uint8_t> output_bytes(const plan::Profile& profile, runtime::Session& session, cudaStream_t stream) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i < profile.buffers.size(); ++i) {
+    const plan::Buffer& b = profile.buffers[i];
+    if (b.region != "output") continue;
+    const size_t at = out.size();
+    out.resize(at + static_cast<size_t>(b.bytes));
+    session.download(static_cast<int>(i), out.data() + at, static_cast<size_t>(b.bytes), stream);
+  }
+  return out;
+}
+
+// Saves (restore = false) or restores a session's state buffers: delayed scaling's histories
+// move on with every run, so replays that must give the same bytes start from the same state.
+inline void state_bytes(const plan::Profile& profile, runtime::Session& session, std::vector<uint8_t>& bytes, bool restore,
+                        cudaStream_t stream) {
+  size_t at = 0;
+  for (size_t i = 0; i < profile.buffers.size(); ++i) {
+    const plan::Buffer& b = profile.buffers[i];
+    if (b.region != "state") continue;
+    if (!restore) bytes.resize(at + static_cast<size_t>(b.bytes));
+    if (restore) session.upload(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
+    else session.download(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
+    at += static_cast<size_t>(b.bytes);
+  }
+}
+
 // The bound on ||gpu - reference|| / ||reference|| for a whole output: the GEMMs accumulate
 // in another order, and a few elements then round to a neighbouring code.
 inline double output_bound(const std::string& recipe) {

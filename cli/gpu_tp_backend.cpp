@@ -52,18 +52,6 @@ void on_every_rank(int ranks, const std::function<void(int)>& body) {
     if (e) std::rethrow_exception(e);
 }
 
-// The output bytes of every rank's session, for the replay check.
-std::vector<uint8_t> output_bytes(const plan::Profile& profile, runtime::Session& session, cudaStream_t stream) {
-  std::vector<uint8_t> out;
-  for (size_t i = 0; i < profile.buffers.size(); ++i) {
-    const plan::Buffer& b = profile.buffers[i];
-    if (b.region != "output") continue;
-    const size_t at = out.size();
-    out.resize(at + static_cast<size_t>(b.bytes));
-    session.download(static_cast<int>(i), out.data() + at, static_cast<size_t>(b.bytes), stream);
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -188,20 +176,9 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
     bool identical = true;
     if (!profile.train) {
       std::vector<std::vector<uint8_t>> want(static_cast<size_t>(ranks)), state(static_cast<size_t>(ranks));
-      auto state_buffers = [&](runtime::Session& session, std::vector<uint8_t>& bytes, bool restore, cudaStream_t stream) {
-        size_t at = 0;
-        for (size_t i = 0; i < profile.buffers.size(); ++i) {
-          const plan::Buffer& b = profile.buffers[i];
-          if (b.region != "state") continue;
-          if (!restore) bytes.resize(at + static_cast<size_t>(b.bytes));
-          if (restore) session.upload(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
-          else session.download(static_cast<int>(i), bytes.data() + at, static_cast<size_t>(b.bytes), stream);
-          at += static_cast<size_t>(b.bytes);
-        }
-      };
       on_every_rank(ranks, [&](int r) {
         Rank& me = rank[static_cast<size_t>(r)];
-        state_buffers(*me.session, state[static_cast<size_t>(r)], false, me.stream);
+        state_bytes(profile, *me.session, state[static_cast<size_t>(r)], false, me.stream);
       });
       run_all(true);
       on_every_rank(ranks, [&](int r) { want[static_cast<size_t>(r)] = output_bytes(profile, *rank[static_cast<size_t>(r)].session, rank[static_cast<size_t>(r)].stream); });
@@ -210,7 +187,7 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
       on_every_rank(ranks, [&](int r) {
         Rank& me = rank[static_cast<size_t>(r)];
         for (int i = 0; i < replays; ++i) {
-          state_buffers(*me.session, state[static_cast<size_t>(r)], true, me.stream);
+          state_bytes(profile, *me.session, state[static_cast<size_t>(r)], true, me.stream);
           me.session->poison(me.stream);
           me.session->run(me.stream);
           me.session->wait(me.stream, o.collective_timeout);

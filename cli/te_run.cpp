@@ -37,10 +37,15 @@ Examples:
   TEC_DISABLE_EARLY_LAUNCH=1 te-run mlp.teplan            # every kernel launched after the previous one
                                                           # ends (default on Hopper: early launch, README)
 
+Libraries loaded only by plans that need them:
+  NCCL (tensor-parallel plans)  $TEC_NCCL_LIBRARY, else libnccl.so.2 by the loader's search
+  cuDNN 9 (attention)           $TEC_CUDNN_LIBRARY, else libcudnn.so.9 (e.g. PyTorch's nvidia-cudnn-cu13
+                                wheel: its lib/ on LD_LIBRARY_PATH, or TEC_CUDNN_LIBRARY=.../libcudnn.so.9)
+
 Exit codes:
   0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input
   4 unsupported (e.g. a plan with no GPU code)             6 I/O error
-  7 device error (no CUDA device, out of memory, a failed CUDA or cuBLASLt call)
+  7 device error (no CUDA device, out of memory, a failed CUDA, cuBLASLt, NCCL or cuDNN call, a missing library)
   8 device lost (a kernel faulted, e.g. an illegal address: the GPU is unusable until restart)
   70 internal error)";
 
@@ -148,7 +153,15 @@ void inspect(const tec::plan::Plan& plan) {
                       l.collective.send_offset ? (" + " + std::to_string(l.collective.send_offset)).c_str() : "",
                       p.buffers[static_cast<size_t>(l.collective.recv)].name.c_str(),
                       l.collective.op == "reduce" ? (" on rank " + std::to_string(l.collective.root)).c_str() : "");
-        else if (l.kind == "fork" || l.kind == "join")
+        else if (l.kind == "attention") {
+          const tec::plan::Attention& a = l.attention;
+          std::printf("  %-24s cudnn   SDPA %s B=%lld S=%lld S_kv=%lld heads %lld/%lld dims %lld/%lld %s%s scale %.4g%s%s%s\n", step.c_str(),
+                      std::string(tec::to_string(a.dtype)).c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.seq_q),
+                      static_cast<long long>(a.seq_kv), static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads),
+                      static_cast<long long>(a.head_dim), static_cast<long long>(a.v_head_dim), a.sbhd ? "sbhd" : "bshd",
+                      a.causal ? " causal" : "", a.scale, a.seq_lens >= 0 ? ", padding mask" : "", a.bias >= 0 ? ", additive mask" : "",
+                      a.stats >= 0 ? ", log-sum-exp saved" : "");
+        } else if (l.kind == "fork" || l.kind == "join")
           std::printf("  %-24s %-7s %s\n", step.c_str(), l.kind.c_str(),
                       l.kind == "fork" ? "the side stream waits for the work so far" : "the run's stream waits for the side stream");
         else

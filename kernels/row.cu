@@ -23,6 +23,10 @@
 // The MoE layer: 19 a gather of rows (moe_permute: output row r is input row slot 1[r], int32),
 // 20 the router-weighted sum of TEC_TOPK rows (moe_unpermute: y in slot 0, the row map in slot
 // 1, the weights in slot 2, the status word in slot 8, TEC_Y_ROWS = y's rows).
+// Attention's glue: 21 rope, element i of a token row of heads x TEC_ROPE_HEAD_DIM turned with
+// its pair partner by position x tec_rope_inv_frequency[pair] (the position: the row modulo
+// TEC_ROPE_INNER, or divided by it under sbhd; TEC_ROPE_INVERSE: the backward's opposite turn;
+// the row's cos and sin staged in shared memory first).
 // TEC_SAVE_STATS (forward norms of train plans): the row's mean to slot 10 (layernorm) and
 // rsigma to slot 11, for the backward.
 // Activations (TEC_ACT): 1 gelu tanh, 2 gelu erf, 3 relu, 4 silu.
@@ -146,6 +150,10 @@ struct TecRow {
 #define TEC_STAGED 0
 #endif
 
+#if TEC_PRODUCER == 21
+__device__ const double tec_rope_inv_frequency[] = {TEC_ROPE_INV_FREQUENCY};
+#endif
+
 // Element i of row r, in fp32.
 __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& row, i64 i) {
   const void* in0 = (const void*)args.slot[0];
@@ -217,6 +225,25 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
     acc += ((const float*)in2)[row.r * TEC_TOPK + j] * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
   }
   return acc;
+#elif TEC_PRODUCER == 21
+  const i64 c = i % TEC_ROPE_HEAD_DIM;
+  const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
+  if (c >= TEC_ROPE_ROTARY) return x;  // channels past rotary_dim pass through
+#if TEC_ROPE_INTERLEAVED
+  const i64 pair = c / 2;
+  const bool first = c % 2 == 0;
+  const i64 partner = first ? i + 1 : i - 1;
+#else
+  const i64 pair = c < TEC_ROPE_ROTARY / 2 ? c : c - TEC_ROPE_ROTARY / 2;
+  const bool first = c < TEC_ROPE_ROTARY / 2;
+  const i64 partner = first ? i + TEC_ROPE_ROTARY / 2 : i - TEC_ROPE_ROTARY / 2;
+#endif
+  const float other = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + partner);
+  const float cosine = row.staged[2 * pair], sine = TEC_ROPE_INVERSE ? -row.staged[2 * pair + 1] : row.staged[2 * pair + 1];
+  float y1, y2;
+  if (first) tec_rope_rotate(x, other, cosine, sine, &y1, &y2);
+  else tec_rope_rotate(other, x, cosine, sine, &y1, &y2);
+  return first ? y1 : y2;
 #elif TEC_PRODUCER == 15
   const i64 dims[] = {TEC_BCAST_DIMS}, strides[] = {TEC_A_STRIDES};
   return tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(row.r * TEC_N + i, dims, strides));
@@ -356,6 +383,19 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
       ((float*)args.slot[11])[row.r] = row.rsigma;
     }
 #endif
+  }
+#endif
+
+#if TEC_PRODUCER == 21
+  // rope: the row's cos and sin per pair, once, shared by its heads (in double, they would cost
+  // more than the row's memory traffic if every element made its own).
+  __shared__ float rope_angles[TEC_ROPE_ROTARY];
+  {
+    const i64 position = TEC_ROPE_SBHD ? row.r / TEC_ROPE_INNER : row.r % TEC_ROPE_INNER;
+    for (i64 pair = t; pair < TEC_ROPE_ROTARY / 2; pair += TEC_ROW_THREADS)
+      tec_rope_cos_sin(position, tec_rope_inv_frequency[pair], &rope_angles[2 * pair], &rope_angles[2 * pair + 1]);
+    __syncthreads();
+    row.staged = rope_angles;
   }
 #endif
 

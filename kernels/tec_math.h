@@ -269,6 +269,45 @@ TEC_HD void tec_rope_rotate(float x1, float x2, float c, float s, float* y1, flo
   *y2 = b;
 }
 
+// sin and cos of x >= 0 in double (Cephes' sin.c: reduction by pi/4 in three parts, exact for
+// x below 2^29, and its degree-6 polynomials), accurate to about 1e-16: a rope angle is a
+// position times a frequency, at most a few hundred thousand radians.
+TEC_HD void tec_sincos(double x, double* sine, double* cosine) {
+  const double sin_coef[6] = {1.58962301576546568060E-10, -2.50507477628578072866E-8, 2.75573136213857245213E-6,
+                              -1.98412698295895385996E-4, 8.33333333332211858878E-3, -1.66666666666666307295E-1};
+  const double cos_coef[6] = {-1.13585365213876817300E-11, 2.08757008419747316778E-9, -2.75573141792967388112E-7,
+                              2.48015872888517045348E-5, -1.38888888888730564116E-3, 4.16666666666665929218E-2};
+  double y = (double)(long long)(x * 1.27323954473516268615);  // floor(x / (pi / 4)), x >= 0
+  long long j = (long long)y;
+  if (j & 1) {  // to the even octant above: z is then in [-pi/4, pi/4]
+    j += 1;
+    y += 1.0;
+  }
+  j &= 7;
+  const double z = ((x - y * 7.85398125648498535156E-1) - y * 3.77489470793079817668E-8) - y * 2.69515142907905952645E-15;
+  const double zz = z * z;
+  double sin_poly = sin_coef[0], cos_poly = cos_coef[0];
+  for (int k = 1; k < 6; ++k) {
+    sin_poly = sin_poly * zz + sin_coef[k];
+    cos_poly = cos_poly * zz + cos_coef[k];
+  }
+  const double s = z + z * (zz * sin_poly), c = 1.0 - zz * 0.5 + zz * zz * cos_poly;
+  const bool swap = j == 2 || j == 6;  // octants 2 and 6 (after rounding up to even): sin is cos
+  const double sin_z = swap ? c : s, cos_z = swap ? s : c;
+  *sine = j >= 4 ? -sin_z : sin_z;
+  *cosine = (j == 2 || j == 4) ? -cos_z : cos_z;
+}
+
+// cos and sin of rope's angle position x inv_frequency, rounded once to float. inv_frequency
+// (theta^(-2i / rotary_dim)) comes from the compiler, which passes the same double to the
+// kernel; the rest is IEEE arithmetic, so the GPU's table is the reference's bit for bit.
+TEC_HD void tec_rope_cos_sin(long long position, double inv_frequency, float* c, float* s) {
+  double sine, cosine;
+  tec_sincos((double)position * inv_frequency, &sine, &cosine);
+  *c = (float)cosine;
+  *s = (float)sine;
+}
+
 // An MoE router's choice for one token (moe_router): from the expert logits, the scores
 // (softmax over every expert, or each expert's sigmoid), then the top k scores, highest first,
 // ties to the lower expert index; normalize: the k weights divided by their sum. Sums run

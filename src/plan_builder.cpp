@@ -166,6 +166,16 @@ json launches_manifest(const CompiledProfile& p) {
       }
       case codegen::Launch::Kind::fork:
       case codegen::Launch::Kind::join: break;
+      case codegen::Launch::Kind::attention: {
+        const codegen::AttentionLaunch& a = l.attention;
+        j["attention"] = {{"batch", a.batch},       {"seq_q", a.seq_q},   {"seq_kv", a.seq_kv},         {"heads", a.heads},
+                          {"kv_heads", a.kv_heads}, {"head_dim", a.head_dim}, {"v_head_dim", a.v_head_dim}, {"causal", a.causal},
+                          {"layout", a.sbhd ? "sbhd" : "bshd"}, {"scale", a.scale}, {"dtype", dtype_json(a.dtype)},
+                          {"q", ref(a.q)},          {"k", ref(a.k)},      {"v", ref(a.v)},              {"o", ref(a.o)},
+                          {"stats", ref(a.stats)},  {"seq_lens", ref(a.seq_lens)}, {"bias", ref(a.bias)}};
+        if (!a.bias.empty()) j["attention"]["bias_dims"] = a.bias_dims;
+        break;
+      }
       case codegen::Launch::Kind::kernel: {
         json args = json::array();
         for (const auto& a : l.args) {

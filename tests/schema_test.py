@@ -60,6 +60,8 @@ plans.append(("swiglu_mlp.json", "bf16", ["--mode", "train", "--wgrad", "write",
 # Tensor parallel: every rank's constants, the layouts, and NCCL launches (an FP8 all-gather).
 plans.append(("mlp_tp.json", "fp8-current", ["--tp", "2", "--shape", "T=64"]))
 plans.append(("mlp_tp.json", "bf16", ["--tp", "2", "--shape", "T=64", "--tp-overlap", "on"]))
+# A whole layer: rope row kernels and one cuDNN attention launch.
+plans.append(("llama_layer_small.json", "fp8-current", ["--shape", "T=128"]))
 for model, recipe, extra in plans:
     recipe_args = ["--recipe", recipe] if recipe else []
     out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],
@@ -90,6 +92,14 @@ for model, recipe, extra in plans:
         else:
             expect("the TP plan's launches hold its collectives: the amax all-reduce, the FP8 all-gather, the reduce-scatter",
                    manifest["tp_size"] == 2 and ops == ["all_reduce", "all_gather", "reduce_scatter"])
+
+    if model.startswith("llama_layer"):
+        launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
+        attention = [l["attention"] for l in launches if l["kind"] == "attention"]
+        expect("the llama layer's plan has GPU code: one attention launch (GQA 8 / 2 heads of 64, causal) and the rope kernels",
+               manifest["profiles"][0]["gpu"]["supported"] and len(attention) == 1 and attention[0]["heads"] == 8 and
+               attention[0]["kv_heads"] == 2 and attention[0]["head_dim"] == 64 and attention[0]["causal"] and
+               sum(1 for l in launches if l["kind"] == "kernel" and "TEC_PRODUCER=21" in manifest["modules"][l["module"]]["defines"]) == 2)
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -1,6 +1,7 @@
 #include "codegen/lower.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 
@@ -25,6 +26,7 @@ std::string_view to_string(Launch::Kind kind) {
     case Launch::Kind::collective: return "collective";
     case Launch::Kind::fork: return "fork";
     case Launch::Kind::join: return "join";
+    case Launch::Kind::attention: return "attention";
   }
   return "?";
 }
@@ -501,6 +503,91 @@ class StepLowering {
     return p;
   }
 
+  // rope (kernels/row.cu producer 21) of x, a [B, S, heads x head_dim] or [S, B, ...] tensor:
+  // the pairs' frequencies go to the kernel as exact double literals (%a), the reference's.
+  Producer rope_producer(const Node& n, const Value& x, bool inverse) {
+    const int64_t head_dim = n.attrs.get_int("head_dim", 0);
+    const int64_t rotary_dim = n.attrs.get_int("rotary_dim", 0) == 0 ? head_dim : n.attrs.get_int("rotary_dim", 0);
+    std::string frequencies;
+    for (double f : rope_inverse_frequencies(n.attrs)) {
+      char text[48];
+      std::snprintf(text, sizeof text, "%a", f);
+      frequencies += (frequencies.empty() ? "" : ",") + std::string(text);
+    }
+    Producer p;
+    p.defines = {"TEC_PRODUCER=21",
+                 "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
+                 "TEC_ROPE_HEAD_DIM=" + std::to_string(head_dim) + "LL",
+                 "TEC_ROPE_ROTARY=" + std::to_string(rotary_dim) + "LL",
+                 "TEC_ROPE_INTERLEAVED=" + std::string(n.attrs.get_string("style", "half") == "interleaved" ? "1" : "0"),
+                 "TEC_ROPE_SBHD=" + std::string(n.attrs.get_string("layout", "bshd") == "sbhd" ? "1" : "0"),
+                 "TEC_ROPE_INNER=" + std::to_string(x.proto.shape[1]) + "LL",
+                 "TEC_ROPE_INVERSE=" + std::string(inverse ? "1" : "0"),
+                 "TEC_ROPE_INV_FREQUENCY=" + frequencies};
+    p.inputs = {buf(data(x)), {}, {}};
+    return p;
+  }
+
+  // Attention: one cuDNN SDPA graph (AttentionLaunch), in the model's 16-bit dtype under every
+  // recipe: tec quantizes no attention input, so FP8 attention (cuDNN's FP8 SDPA) is not used yet.
+  void lower_attention(const Node& n) {
+    if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses attention '" + n.name + "' with other nodes"};
+    const Value &q = input(n, 0), &k = input(n, 1), &v = input(n, 2), &o = output(n);
+    for (const Value* t : {&q, &k, &v, &o}) {
+      if (t->proto.quantizer && t != &o)
+        throw NotLowered{"attention '" + n.name + "': '" + t->name + "' is quantized; cuDNN's SDPA here takes bf16 or fp16"};
+      if (t->proto.dtype != q.proto.dtype || (q.proto.dtype != DType::bf16 && q.proto.dtype != DType::fp16))
+        throw NotLowered{"attention '" + n.name + "': q, k, v and the output are " + std::string(to_string(q.proto.dtype)) + ", " +
+                         std::string(to_string(k.proto.dtype)) + ", " + std::string(to_string(v.proto.dtype)) + " and " +
+                         std::string(to_string(o.proto.dtype)) + "; cuDNN's SDPA takes all bf16 or all fp16"};
+    }
+    AttentionLaunch a;
+    a.heads = n.attrs.get_int("heads", 0);
+    a.kv_heads = n.attrs.get_int("kv_heads", 0) == 0 ? a.heads : n.attrs.get_int("kv_heads", 0);
+    a.head_dim = n.attrs.get_int("head_dim", 0);
+    a.v_head_dim = n.attrs.get_int("v_head_dim", 0) == 0 ? a.head_dim : n.attrs.get_int("v_head_dim", 0);
+    if (a.head_dim % 8 != 0 || a.v_head_dim % 8 != 0)
+      throw NotLowered{"attention '" + n.name + "': head dims " + std::to_string(a.head_dim) + " and " + std::to_string(a.v_head_dim) +
+                       "; cuDNN's SDPA needs multiples of 8"};
+    a.causal = n.attrs.get_bool("causal", false);
+    a.sbhd = n.attrs.get_string("layout", "bshd") == "sbhd";
+    const double scale = n.attrs.get_float("scale", 0.0);
+    a.scale = scale == 0.0 ? 1.0 / std::sqrt(static_cast<double>(a.head_dim)) : scale;
+    a.dtype = q.proto.dtype;
+    a.batch = q.proto.shape[a.sbhd ? 1 : 0];
+    a.seq_q = q.proto.shape[a.sbhd ? 0 : 1];
+    a.seq_kv = k.proto.shape[a.sbhd ? 0 : 1];
+    a.q = data(q);
+    a.k = data(k);
+    a.v = data(v);
+    // A quantized output (the next linear's input under an FP8 recipe): cuDNN writes it in the
+    // model dtype, and a row kernel quantizes that.
+    a.o = o.proto.quantizer ? add_workspace(o.name + ".unquantized", TensorProto::dense(o.proto.shape, q.proto.dtype)) : data(o);
+    if (n.outputs.size() > 1) a.stats = data(g_.value(n.outputs.at(1)));  // a train plan's forward saves the log-sum-exp
+    if (n.inputs.size() == 4) {
+      const Value& fourth = input(n, 3);
+      if (fourth.proto.quantizer) throw NotLowered{"attention '" + n.name + "': its mask '" + fourth.name + "' is quantized"};
+      if (n.attrs.get_string("mask", "padding") == "additive") {
+        if (fourth.proto.dtype != a.dtype)
+          throw NotLowered{"attention '" + n.name + "': the additive mask '" + fourth.name + "' is " + std::string(to_string(fourth.proto.dtype)) +
+                           " and q is " + std::string(to_string(a.dtype)) + "; cuDNN adds a mask of q's dtype (cast it first)"};
+        const Shape& m = fourth.proto.shape;
+        for (size_t d = 0; d < m.rank(); ++d) a.bias_dims[4 - m.rank() + d] = m[d];
+        a.bias = data(fourth);
+      } else {
+        a.seq_lens = data(fourth);
+        memset(a.o);  // rows past a sequence's length are zeros, as the reference's
+      }
+    }
+    Launch l;
+    l.kind = Launch::Kind::attention;
+    l.step = index_;
+    const std::string written = a.o;
+    l.attention = std::move(a);
+    out_.push_back(std::move(l));
+    if (o.proto.quantizer) emit_row(load(written, q.proto.dtype, "attention '" + n.name + "'s output"), o);
+  }
+
   void lower_kernel() {
     const Node& first = node(0);
     if (first.computes_backward) return lower_backward_kernel(first);
@@ -508,6 +595,7 @@ class StepLowering {
     if (first.op == "moe_router") return lower_moe_router(first);
     if (first.op == "moe_permute") return lower_moe_permute(first);
     if (first.op == "moe_unpermute") return lower_moe_unpermute(first);
+    if (first.op == "attention") return lower_attention(first);
     if (step_.nodes.size() > 2 || (step_.nodes.size() == 2 && node(1).op != "quantize"))
       throw NotLowered{"step '" + step_.name + "' chains ops the row kernel does not fuse yet"};
     const Value& out = output(g_.node(step_.nodes.back()));
@@ -568,6 +656,8 @@ class StepLowering {
       p = load(data(x), x.proto.dtype, "input '" + x.name + "'");
     } else if (op == "dequantize") {
       p = dequantize_producer(x);
+    } else if (op == "rope") {
+      p = rope_producer(first, x, false);
     } else {
       throw NotLowered{"op '" + op + "' (node '" + first.name + "') has no GPU kernel yet"};
     }
@@ -631,6 +721,11 @@ class StepLowering {
       const Value* dgamma = grad_of(1);
       const Value* dbeta = ln ? grad_of(2) : nullptr;
       if (dgamma || dbeta) push_column_sums(dy, x.proto.shape.rows(), x.proto.shape.cols(), &x, mean, &rsigma, dgamma, dbeta);
+      return;
+    }
+    if (n.op == "rope") {  // the turn by the opposite angle; rope saves nothing, its input is dy
+      const Value& dy = unquantized(input(n, 0));
+      if (const Value* dx = grad_of(0)) emit_row(rope_producer(n, dy, true), *dx);
       return;
     }
     if (n.op == "bias") {  // a row-parallel linear's bias, added after the reduction (tensor parallel)

@@ -74,10 +74,25 @@ struct CollectiveLaunch {
   int root = 0;             // reduce
 };
 
+// Scaled dot-product attention through cuDNN (the runtime builds one SDPA graph per launch at
+// session creation; src/runtime/attention.h): q [B, S, heads x head_dim] (or [S, B, ...]
+// under sbhd), k and v [B, S_kv, kv_heads x ...], o like q with v_head_dim; with `stats`, the
+// softmax's log-sum-exp [B, heads, S] fp32 (train plans save it for the backward).
+struct AttentionLaunch {
+  int64_t batch = 0, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  bool causal = false, sbhd = false;
+  double scale = 1.0;
+  DType dtype = DType::bf16;  // q, k, v, o (and the additive mask)
+  std::string q, k, v, o, stats;
+  std::string seq_lens;  // padding: int32 [B], each sequence's valid length ("" for none)
+  std::string bias;      // an additive mask broadcast from bias_dims to [B, heads, S, S_kv] ("" for none)
+  std::array<int64_t, 4> bias_dims{1, 1, 1, 1};
+};
+
 struct Launch {
   // fork: the side stream waits for the work so far on the main stream; join: the main stream
   // waits for the side stream's. Inside the CUDA graph they are its edges.
-  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join } kind = Kind::kernel;
+  enum class Kind : uint8_t { kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join, attention } kind = Kind::kernel;
   int stream = 0;  // 0: the run's stream; 1: the session's side stream (collectives overlapped with GEMMs)
   int step = -1;  // -1: run-level (delayed scaling bookkeeping)
   int module = -1;
@@ -94,6 +109,7 @@ struct Launch {
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed
   CollectiveLaunch collective;
+  AttentionLaunch attention;
 };
 std::string_view to_string(Launch::Kind kind);
 

@@ -61,22 +61,30 @@ InferResult infer_rope(const InferContext& ctx) {
 // The backward needs no saved tensor: the rotation is linear in x.
 BackwardResult infer_rope_backward(const BackwardContext& ctx) { return BackwardResult{grads_like_inputs(ctx), {}, {}}; }
 
-// cos and sin of pair i's angle at `position`, from double and rounded once to float. The GPU
-// lowering is to read a table the compiler fills with this function.
-std::pair<float, float> rope_cos_sin(const RopeConfig& c, int64_t position, int64_t i) {
-  const double angle = static_cast<double>(position) * std::pow(c.theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim));
-  return {static_cast<float>(std::cos(angle)), static_cast<float>(std::sin(angle))};
+}  // namespace
+
+std::vector<double> rope_inverse_frequencies(const Attributes& attrs) {
+  const RopeConfig c(attrs);
+  std::vector<double> out;
+  for (int64_t i = 0; i < c.rotary_dim / 2; ++i)
+    out.push_back(std::pow(c.theta, -2.0 * static_cast<double>(i) / static_cast<double>(c.rotary_dim)));
+  return out;
 }
+
+namespace {
 
 // Rotates every head of every token of x (values in place) by +angle, or -angle for the
 // backward (the rotation's transpose).
-void rotate(const RopeConfig& c, const Shape& shape, std::vector<float>& values, bool inverse) {
+void rotate(const Attributes& attrs, const Shape& shape, std::vector<float>& values, bool inverse) {
+  const RopeConfig c(attrs);
   const int64_t outer = shape[0], inner = shape[1], width = shape[2];
+  const std::vector<double> inv_frequency = rope_inverse_frequencies(attrs);
   parallel_for(outer * inner, [&](int64_t row) {
     const int64_t position = c.sbhd ? row / inner : row % inner;
     float* token = &values[static_cast<size_t>(row * width)];
     for (int64_t i = 0; i < c.rotary_dim / 2; ++i) {
-      const auto [cos_angle, sin_angle] = rope_cos_sin(c, position, i);
+      float cos_angle, sin_angle;
+      tec_rope_cos_sin(position, inv_frequency[static_cast<size_t>(i)], &cos_angle, &sin_angle);
       for (int64_t h = 0; h < c.heads; ++h) {
         float* head = token + h * c.head_dim;
         tec_rope_rotate(head[c.first(i)], head[c.second(i)], cos_angle, inverse ? -sin_angle : sin_angle, &head[c.first(i)],
@@ -88,14 +96,14 @@ void rotate(const RopeConfig& c, const Shape& shape, std::vector<float>& values,
 
 std::vector<HostTensor> reference_rope(const Attributes& attrs, const std::vector<HostTensor>& in) {
   HostTensor y = in[0];
-  rotate(RopeConfig(attrs), y.shape, y.values, false);
+  rotate(attrs, y.shape, y.values, false);
   return {std::move(y)};
 }
 
 // in: dy. dx = R^T dy, the rotation by the opposite angle.
 std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const std::vector<HostTensor>& in) {
   HostTensor dx = in[0];
-  rotate(RopeConfig(attrs), dx.shape, dx.values, true);
+  rotate(attrs, dx.shape, dx.values, true);
   return {std::move(dx)};
 }
 

@@ -55,6 +55,9 @@ int binary_function_code(const std::string& fn);
 int unary_function_code(const std::string& fn);
 // Whether a reduce_mean reduces the last axis alone (what the GPU row kernel does).
 bool reduces_last_axis_alone(const Attributes& attrs, size_t rank);
+// rope's theta^(-2i / rotary_dim) for each pair i, in double: the reference and the GPU kernel
+// (which gets them as literals) turn position x this by tec_rope_cos_sin (kernels/tec_math.h).
+std::vector<double> rope_inverse_frequencies(const Attributes& attrs);
 
 void require_rank_at_least(const InferContext& ctx, int slot, size_t rank);
 void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const char* what);

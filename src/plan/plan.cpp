@@ -39,6 +39,14 @@ class Reader {
     TEC_USER_CHECK(j_[key].is_boolean(), ctx(key)) << "expected a boolean, got " << j_[key].dump();
     return j_[key].get<bool>();
   }
+  bool boolean(const std::string& key) const {
+    TEC_USER_CHECK(field(key).is_boolean(), ctx(key)) << "expected a boolean, got " << field(key).dump();
+    return field(key).get<bool>();
+  }
+  double number(const std::string& key) const {
+    TEC_USER_CHECK(field(key).is_number(), ctx(key)) << "expected a number, got " << field(key).dump();
+    return field(key).get<double>();
+  }
   std::string str(const std::string& key) const {
     TEC_USER_CHECK(field(key).is_string(), ctx(key)) << "expected a string";
     return field(key).get<std::string>();
@@ -318,6 +326,59 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         << bytes_of(op.recv) << "-byte one";
     TEC_USER_CHECK(op.send != op.recv || (op.op == "all_reduce" && op.send_offset == 0), r.ctx("collective"))
         << "only an all_reduce works in place";
+    return l;
+  }
+  if (l.kind == "attention") {
+    const Reader a(r.field("attention"), path + "/attention", file);
+    Attention& at = l.attention;
+    at.batch = a.integer("batch", 1, kMaxDim);
+    at.seq_q = a.integer("seq_q", 1, kMaxDim);
+    at.seq_kv = a.integer("seq_kv", 1, kMaxDim);
+    at.heads = a.integer("heads", 1, kMaxDim);
+    at.kv_heads = a.integer("kv_heads", 1, at.heads);
+    TEC_USER_CHECK(at.heads % at.kv_heads == 0, a.ctx("kv_heads")) << "kv_heads " << at.kv_heads << " does not divide heads " << at.heads;
+    at.head_dim = a.integer("head_dim", 1, kMaxDim);
+    at.v_head_dim = a.integer("v_head_dim", 1, kMaxDim);
+    at.causal = a.boolean("causal");
+    const std::string layout = a.str("layout");
+    TEC_USER_CHECK(layout == "bshd" || layout == "sbhd", a.ctx("layout")) << "expected bshd or sbhd, got '" << layout << "'";
+    at.sbhd = layout == "sbhd";
+    at.scale = a.number("scale");
+    TEC_USER_CHECK(std::isfinite(at.scale) && at.scale > 0.0, a.ctx("scale")) << "the softmax scale must be positive and finite";
+    at.dtype = a.dtype("dtype");
+    TEC_USER_CHECK(at.dtype == DType::bf16 || at.dtype == DType::fp16, a.ctx("dtype")) << "attention runs in bf16 or fp16, not "
+                                                                                        << to_string(at.dtype);
+    // Each buffer must hold what cuDNN reads or writes there.
+    const int64_t elem = storage_bytes(at.dtype);
+    auto operand = [&](const char* key, bool writable, bool required, int64_t bytes) {
+      const int i = ref(a.field(key), key, writable);
+      TEC_USER_CHECK(i >= 0 || !required, a.ctx(key)) << "attention needs buffer '" << key << "'";
+      TEC_USER_CHECK(i < 0 || bytes_of(i) >= bytes, a.ctx(key))
+          << "buffer '" << p.buffers[static_cast<size_t>(i)].name << "' has " << bytes_of(i) << " bytes; attention's " << key
+          << " needs " << bytes;
+      return i;
+    };
+    const int64_t rows_q = checked_mul(at.batch, at.seq_q), rows_kv = checked_mul(at.batch, at.seq_kv);
+    at.q = operand("q", false, true, checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.head_dim)), elem));
+    at.k = operand("k", false, true, checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.head_dim)), elem));
+    at.v = operand("v", false, true, checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.v_head_dim)), elem));
+    at.o = operand("o", true, true, checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.v_head_dim)), elem));
+    at.stats = operand("stats", true, false, checked_mul(checked_mul(rows_q, at.heads), 4));
+    at.seq_lens = operand("seq_lens", false, false, checked_mul(at.batch, 4));
+    if (!a.field("bias").is_null()) {
+      const json& dims = a.array("bias_dims");
+      TEC_USER_CHECK(dims.size() == 4, a.ctx("bias_dims")) << "expected [B or 1, heads or 1, seq_q, seq_kv]";
+      const int64_t full[4] = {at.batch, at.heads, at.seq_q, at.seq_kv};
+      for (size_t d = 0; d < 4; ++d) {
+        TEC_USER_CHECK(dims[d].is_number_integer() && (dims[d].get<int64_t>() == full[d] || (d < 2 && dims[d].get<int64_t>() == 1)),
+                       a.ctx("bias_dims"))
+            << "expected [" << at.batch << " or 1, " << at.heads << " or 1, " << at.seq_q << ", " << at.seq_kv << "], got " << dims.dump();
+        at.bias_dims[d] = dims[d].get<int64_t>();
+      }
+      at.bias = operand("bias", false, true,
+                        checked_mul(checked_mul(checked_mul(at.bias_dims[0], at.bias_dims[1]), checked_mul(at.seq_q, at.seq_kv)), elem));
+    }
+    TEC_USER_CHECK(at.seq_lens < 0 || at.bias < 0, r.ctx("attention")) << "a padding mask (seq_lens) or an additive one (bias), not both";
     return l;
   }
   TEC_USER_CHECK(l.kind == "gemm", r.ctx("kind")) << "unknown launch kind '" << l.kind << "'";

@@ -124,8 +124,19 @@ struct Collective {
   int root = 0;             // reduce
 };
 
+// Scaled dot-product attention, one cuDNN SDPA graph (codegen::AttentionLaunch says what each
+// field means); buffers are indices, -1 for none.
+struct Attention {
+  int64_t batch = 0, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
+  bool causal = false, sbhd = false;
+  double scale = 1.0;
+  DType dtype = DType::bf16;
+  int q = -1, k = -1, v = -1, o = -1, stats = -1, seq_lens = -1, bias = -1;
+  std::array<int64_t, 4> bias_dims{1, 1, 1, 1};
+};
+
 struct Launch {
-  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join
+  std::string kind;  // kernel, gemm, memset, delayed_scale_inv, delayed_update, collective, fork, join, attention
   int stream = 0;    // 0: the run's stream; 1: the side stream (a collective between a fork and a join)
   int step = -1;     // -1: run-level
   int module = -1;
@@ -138,6 +149,7 @@ struct Launch {
   Gemm gemm;
   int buffer = -1;  // memset
   Collective collective;
+  Attention attention;
 };
 
 struct Module {

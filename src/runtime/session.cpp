@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/hash.h"
 #include "mid_m_layout.h"
+#include "runtime/attention.h"
 #include "status.h"
 #include "small_m_layout.h"
 
@@ -338,6 +339,9 @@ struct Session::Impl {
   // zeroed at the start of every run, read when results are read.
   int* status = nullptr;
   std::map<int, std::set<std::string>> status_steps;  // bit -> the steps whose kernels may set it
+  // Attention launches: their cuDNN graphs and the workspace they share (launches run in order).
+  std::unique_ptr<AttentionRunner> attention;
+  void* attention_workspace = nullptr;
 
   ~Impl() {
     for (auto& [selection, g] : graphs) {
@@ -355,6 +359,7 @@ struct Session::Impl {
     }
     if (lt) cublasLtDestroy(lt);
     if (status) cudaFree(status);
+    if (attention_workspace) cudaFree(attention_workspace);
     if (delayed_table) cudaFree(delayed_table);
     if (cublas_workspace) cudaFree(cublas_workspace);
     if (arena) cudaFree(arena);
@@ -607,6 +612,14 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
     TEC_ACQUIRE(cudaEventCreateWithFlags(&s.events[i], cudaEventDisableTiming), s.where[i]);
   }
 
+  std::vector<size_t> attention_launches;
+  for (size_t i = 0; i < n; ++i)
+    if (profile_.launches[i].kind == "attention") attention_launches.push_back(i);
+  if (!attention_launches.empty()) {
+    s.attention = std::make_unique<AttentionRunner>(profile_, attention_launches, s.where);
+    s.attention_workspace = device_alloc(s.attention->workspace_bytes(), "cuDNN attention workspace");
+  }
+
   // The graph of a full run, captured now, so that a session that cannot capture fails here.
   TEC_ACQUIRE(cudaStreamCreateWithFlags(&s.capture_stream, cudaStreamNonBlocking), "");
   graph_for(Selection{});
@@ -814,6 +827,10 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
     } else if (l.kind == "join") {
       TEC_CUDA(cudaEventRecord(s.events[i], s.side_stream), where);
       TEC_CUDA(cudaStreamWaitEvent(stream, s.events[i], 0), where);
+    } else if (l.kind == "attention") {
+      const plan::Attention& a = l.attention;
+      auto at = [&](int buffer) { return buffer < 0 ? nullptr : address(buffer); };
+      s.attention->enqueue(i, {at(a.q), at(a.k), at(a.v), at(a.o), at(a.stats), at(a.seq_lens), at(a.bias)}, s.attention_workspace, stream);
     } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
       if (s.delayed_count > 0) {
         void* args[] = {&s.delayed_table, &s.delayed_count};

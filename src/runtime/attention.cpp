@@ -1,0 +1,203 @@
+#include "runtime/attention.h"
+
+#include "core/error.h"
+
+#if TEC_HAVE_CUDNN_FRONTEND
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include <cudnn_frontend.h>
+
+#include "runtime/cudnn.h"
+
+// The frontend, built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING, resolves every cuDNN call
+// from this handle: runtime/cudnn.h's library, set before the first graph is built.
+namespace cudnn_frontend {
+void* cudnn_dlhandle = nullptr;
+}
+#endif
+
+namespace tec::runtime {
+
+namespace {
+ErrorContext ctx(const std::string& step) { return ErrorContext{"runtime", "", "", step.empty() ? "" : "step '" + step + "'"}; }
+}  // namespace
+
+#if TEC_HAVE_CUDNN_FRONTEND
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+// The variant pack's tensor ids.
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqLensQ, kSeqLensKv, kBias };
+
+// What makes two launches the same cuDNN graph.
+using GraphKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, double, int, bool, bool, bool,
+                            std::array<int64_t, 4>>;
+
+GraphKey key_of(int device, const plan::Attention& a) {
+  return {device,     a.batch, a.seq_q,  a.seq_kv,          a.heads,        a.kv_heads,     a.head_dim,  a.v_head_dim, a.causal,
+          a.sbhd,     a.scale, static_cast<int>(a.dtype), a.stats >= 0, a.seq_lens >= 0, a.bias >= 0, a.bias_dims};
+}
+
+void check_fe(fe::error_t status, const char* what, const std::string& step) {
+  if (status.is_bad())
+    throw Error(ErrorKind::unsupported, ctx(step), std::string("cuDNN ") + what + ": " + status.get_message());
+}
+
+// The cuDNN library for the frontend, loaded once (runtime/cudnn.h names it in errors).
+void load_cudnn_for(const std::string& step) {
+  const CudnnLibrary& library = cudnn("attention (step '" + step + "')");
+  static std::once_flag once;
+  std::call_once(once, [&] { fe::cudnn_dlhandle = library.library.handle(); });
+}
+
+// One built graph, shared by every session of its shape on its device. execute() is guarded:
+// the frontend does not promise that one graph may execute on two threads at once.
+struct CachedGraph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace_bytes = 0;
+  std::mutex execute_mutex;
+};
+
+// q, k, v and o as cuDNN's [B, heads, S, D] views of tec's [B, S, heads x D] (bshd) or
+// [S, B, heads x D] (sbhd) row-major tensors.
+std::vector<int64_t> strides_of(const plan::Attention& a, int64_t seq, int64_t heads, int64_t dim) {
+  const int64_t row = heads * dim;
+  if (a.sbhd) return {row, dim, a.batch * row, 1};
+  return {seq * row, dim, row, 1};
+}
+
+std::shared_ptr<CachedGraph> build_graph(const plan::Attention& a, cudnnHandle_t handle, const std::string& step) {
+  auto cached = std::make_shared<CachedGraph>();
+  auto graph = std::make_shared<fe::graph::Graph>();
+  const fe::DataType_t io = a.dtype == DType::bf16 ? fe::DataType_t::BFLOAT16 : fe::DataType_t::HALF;
+  graph->set_io_data_type(io).set_intermediate_data_type(fe::DataType_t::FLOAT).set_compute_data_type(fe::DataType_t::FLOAT);
+  auto tensor = [&](const char* name, Uid uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
+    return graph->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
+  };
+  auto q = tensor("q", kQ, {a.batch, a.heads, a.seq_q, a.head_dim}, strides_of(a, a.seq_q, a.heads, a.head_dim));
+  auto k = tensor("k", kK, {a.batch, a.kv_heads, a.seq_kv, a.head_dim}, strides_of(a, a.seq_kv, a.kv_heads, a.head_dim));
+  auto v = tensor("v", kV, {a.batch, a.kv_heads, a.seq_kv, a.v_head_dim}, strides_of(a, a.seq_kv, a.kv_heads, a.v_head_dim));
+  auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(a.stats >= 0).set_attn_scale(static_cast<float>(a.scale));
+  if (a.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  if (a.seq_lens >= 0) {
+    auto lengths = [&](const char* name, Uid uid) {
+      return graph->tensor(fe::graph::Tensor_attributes()
+                               .set_name(name)
+                               .set_uid(uid)
+                               .set_dim({a.batch, 1, 1, 1})
+                               .set_stride({1, 1, 1, 1})
+                               .set_data_type(fe::DataType_t::INT32));
+    };
+    options.set_padding_mask(true).set_seq_len_q(lengths("seq_len_q", kSeqLensQ)).set_seq_len_kv(lengths("seq_len_kv", kSeqLensKv));
+  }
+  if (a.bias >= 0) {
+    const auto& d = a.bias_dims;
+    options.set_bias(tensor("bias", kBias, {d[0], d[1], d[2], d[3]}, {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}));
+  }
+  auto [o, stats] = graph->sdpa(q, k, v, options);
+  o->set_output(true).set_uid(kO).set_dim({a.batch, a.heads, a.seq_q, a.v_head_dim}).set_stride(strides_of(a, a.seq_q, a.heads, a.v_head_dim));
+  if (a.stats >= 0)
+    stats->set_output(true)
+        .set_uid(kStats)
+        .set_data_type(fe::DataType_t::FLOAT)
+        .set_dim({a.batch, a.heads, a.seq_q, 1})
+        .set_stride({a.heads * a.seq_q, a.seq_q, 1, 1});
+  check_fe(graph->validate(), "rejects the attention graph", step);
+  check_fe(graph->build_operation_graph(handle), "cannot build the attention graph", step);
+  check_fe(graph->create_execution_plans({fe::HeurMode_t::A}), "has no execution plan for the attention", step);
+  check_fe(graph->check_support(handle), "supports no engine for this attention (its head dims, dtype or masks)", step);
+  check_fe(graph->build_plans(handle), "cannot build the attention's plan", step);
+  int64_t workspace = 0;
+  check_fe(graph->get_workspace_size(workspace), "workspace size", step);
+  cached->graph = std::move(graph);
+  cached->workspace_bytes = workspace;
+  return cached;
+}
+
+// The process's graphs; building one takes milliseconds to seconds (cuDNN compiles kernels at
+// run time), so sessions of one shape share it.
+std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, cudnnHandle_t handle, const std::string& step) {
+  static std::mutex mutex;
+  static std::map<GraphKey, std::shared_ptr<CachedGraph>> cache;
+  std::lock_guard lock(mutex);
+  auto& entry = cache[key_of(device, a)];
+  if (!entry) entry = build_graph(a, handle, step);
+  return entry;
+}
+
+}  // namespace
+
+struct AttentionRunner::Impl {
+  cudnnHandle_t handle = nullptr;
+  std::map<size_t, std::shared_ptr<CachedGraph>> graphs;  // by launch
+  std::map<size_t, std::string> where;
+  size_t workspace_bytes = 0;
+  ~Impl() {
+    if (handle) fe::detail::destroy_handle(handle);
+  }
+};
+
+AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector<size_t>& launches, const std::vector<std::string>& where)
+    : impl_(std::make_unique<Impl>()) {
+  if (launches.empty()) return;
+  const std::string& first_step = where.at(launches.front());
+  load_cudnn_for(first_step);
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) throw Error(ErrorKind::device, ctx(first_step), "cudaGetDevice failed");
+  try {
+    if (fe::detail::create_handle(&impl_->handle) != CUDNN_STATUS_SUCCESS)
+      throw Error(ErrorKind::device, ctx(first_step), "cudnnCreate failed (out of device memory?)");
+    for (size_t i : launches) {
+      auto graph = graph_for(profile.launches.at(i).attention, device, impl_->handle, where.at(i));
+      impl_->workspace_bytes = std::max(impl_->workspace_bytes, static_cast<size_t>(graph->workspace_bytes));
+      impl_->graphs[i] = std::move(graph);
+      impl_->where[i] = where.at(i);
+    }
+  } catch (const std::runtime_error& e) {  // the frontend's own: a symbol missing from the loaded cuDNN, say
+    if (dynamic_cast<const Error*>(&e)) throw;
+    throw Error(ErrorKind::device, ctx(first_step), std::string("cuDNN frontend: ") + e.what());
+  }
+}
+
+AttentionRunner::~AttentionRunner() = default;
+
+size_t AttentionRunner::workspace_bytes() const { return impl_->workspace_bytes; }
+
+void AttentionRunner::enqueue(size_t launch, const AttentionPointers& p, void* workspace, cudaStream_t stream) const {
+  CachedGraph& g = *impl_->graphs.at(launch);
+  const std::string& step = impl_->where.at(launch);
+  std::unordered_map<int64_t, void*> pack{{kQ, p.q}, {kK, p.k}, {kV, p.v}, {kO, p.o}};
+  if (p.stats) pack[kStats] = p.stats;
+  if (p.seq_lens) pack[kSeqLensQ] = pack[kSeqLensKv] = p.seq_lens;
+  if (p.bias) pack[kBias] = p.bias;
+  if (fe::detail::set_stream(impl_->handle, stream) != CUDNN_STATUS_SUCCESS)
+    throw Error(ErrorKind::device, ctx(step), "cudnnSetStream failed");
+  std::lock_guard lock(g.execute_mutex);
+  fe::error_t status = g.graph->execute(impl_->handle, pack, workspace);
+  if (status.is_bad()) throw Error(ErrorKind::device, ctx(step), "cuDNN's attention failed to launch: " + status.get_message());
+}
+
+bool attention_available() { return true; }
+
+#else  // no cuDNN frontend headers at configure time
+
+struct AttentionRunner::Impl {};
+
+AttentionRunner::AttentionRunner(const plan::Profile&, const std::vector<size_t>& launches, const std::vector<std::string>& where) {
+  if (!launches.empty())
+    throw Error(ErrorKind::unsupported, ctx(where.at(launches.front())),
+                "this build of tec has no cuDNN frontend, so it cannot run attention: install it (pip install nvidia-cudnn-frontend, "
+                "or .ci/install-deps.sh) and configure again, or run the plan with --backend cpu");
+}
+AttentionRunner::~AttentionRunner() = default;
+size_t AttentionRunner::workspace_bytes() const { return 0; }
+void AttentionRunner::enqueue(size_t, const AttentionPointers&, void*, cudaStream_t) const {}
+bool attention_available() { return false; }
+
+#endif
+
+}  // namespace tec::runtime
