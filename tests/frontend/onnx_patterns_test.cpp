@@ -164,6 +164,17 @@ TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code u
         CHECK(ops.count("layernorm") == 1);
         CHECK(ops.count("linear") == 1);
         CHECK(ops.count("gelu") == 1);
+      } else if (family == "hf_llama_layer") {  // a whole decoder layer: the rotary tables and the mask folded
+        CHECK(ops.count("rmsnorm") == 2);
+        CHECK(ops.count("linear") == 6);  // q, k, v, o, gate and up as one, down
+        CHECK(ops.count("rope") == 2);
+        CHECK(ops.count("attention") == 1);
+        CHECK(ops.count("swiglu") == 1);
+        CHECK(ops.count("add") == 2);
+        for (const Node& n : r.profiles.at(0).graph.nodes) {
+          if (n.op == "rope") CHECK(n.attrs.get_float("theta", 0) == 10000.0);
+          if (n.op == "attention") CHECK(n.attrs.get_bool("causal", false));
+        }
       } else {  // llama_mlp_hf, llama_mlp_swap: gate and up as one linear, then swiglu
         CHECK(ops.count("rmsnorm") == 1);
         CHECK(ops.count("linear") == 2);
@@ -172,7 +183,16 @@ TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code u
       }
     }
   }
-  CHECK(models >= 20);
+  CHECK(models >= 21);
+}
+
+TEST_CASE("Hugging Face's layer: Cos, Sin, MatMul and Trilu of constants fold, and the softmax's fp32 round trip is skipped") {
+  const std::string path = test::source_dir() + "/tests/onnx/corpus/hf_llama_layer.bf16.legacy18.3d.onnx";
+  const CompileResult r = compile_model(path, RecipeKind::bf16, "frontend");
+  std::map<std::string, std::string> became;
+  for (const auto& n : r.onnx_nodes) became[n.node] = n.became;
+  for (const char* folded : {"/MatMul", "/Cos", "/Sin", "/Trilu"}) CHECK_MESSAGE(became[folded].find("constant") != std::string::npos, folded << ": " << became[folded]);
+  CHECK(became["/Cast_3"].find("nothing") != std::string::npos);  // Cast(FLOAT) then back to bf16: the softmax's own output
 }
 
 TEST_CASE("a Cast to the type its input already has is skipped, and the report says so") {

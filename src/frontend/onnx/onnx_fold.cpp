@@ -33,7 +33,10 @@ bool foldable(const std::string& op) {
                                             "Squeeze",  "Reshape",  "Flatten",   "Cast",    "Add",    "Sub",
                                             "Mul",      "Div",      "Pow",       "Sqrt",    "Neg",    "Reciprocal",
                                             "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf",
-                                            "DequantizeLinear",     "QuantizeLinear"};
+                                            "DequantizeLinear",     "QuantizeLinear",
+                                            // Hugging Face's rotary tables and causal mask, made in forward
+                                            // from constants: inv_freq x positions, cos, sin; triu of -inf.
+                                            "MatMul", "Cos", "Sin", "Trilu"};
   return ops.count(op) != 0;
 }
 
@@ -437,6 +440,36 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     TEC_UNSUPPORTED_CHECK(x.is_float(), ErrorContext{}) << "Transpose of a constant integer tensor is not supported";
     Tensor t = via_reference("transpose", attrs, {&x});
     t.elem_type = x.elem_type;
+    return one(std::move(t));
+  }
+  if (op == "MatMul") {
+    const Tensor &a = require(0), &b = require(1);
+    TEC_UNSUPPORTED_CHECK(a.is_float() && b.is_float() && a.dims.size() >= 2 && b.dims.size() >= 2, ErrorContext{})
+        << "MatMul of constants folds float tensors of rank 2 or more";
+    Tensor t = via_reference("matmul", {}, {&a, &b});
+    check_folded_size(Shape(t.dims), {&a, &b});
+    t.elem_type = a.elem_type;
+    return one(std::move(t));
+  }
+  if (op == "Cos" || op == "Sin") {  // in double, rounded once: what a correctly rounded float cos gives
+    Tensor t = require(0);
+    TEC_UNSUPPORTED_CHECK(t.is_float(), ErrorContext{}) << op << " of an integer constant";
+    for (float& f : t.floats) f = static_cast<float>(op == "Cos" ? std::cos(static_cast<double>(f)) : std::sin(static_cast<double>(f)));
+    if (auto d = tec_dtype(t.elem_type); d && *d != DType::fp32) reference::round_to(*d, t.floats);
+    return one(std::move(t));
+  }
+  if (op == "Trilu") {  // upper (default): keeps j - i >= k; lower: j - i <= k; zeros elsewhere
+    Tensor t = require(0);
+    TEC_USER_CHECK(t.dims.size() >= 2, {}) << "Trilu needs a tensor of rank 2 or more";
+    const int64_t k = in(1) ? as_ints(*in(1)).at(0) : 0;
+    const bool upper = attr_int(n, "upper", 1) != 0;
+    const int64_t rows = t.dims[t.dims.size() - 2], cols = t.dims.back();
+    for (int64_t e = 0; e < t.numel(); ++e) {
+      const int64_t i = e / cols % rows, j = e % cols;
+      if (upper ? j - i >= k : j - i <= k) continue;
+      if (t.is_float()) t.floats[static_cast<size_t>(e)] = 0.0f;
+      else t.ints[static_cast<size_t>(e)] = 0;
+    }
     return one(std::move(t));
   }
   if (op == "DequantizeLinear") return one(dequantize_constant(n, require(0), require(1), in(2)));

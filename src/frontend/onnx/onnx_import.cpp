@@ -73,6 +73,11 @@ const std::vector<OnnxOpClaim> kClaims = {
                      "that type already); any type in constant subgraphs"},
     {"Constant", 13, 0, 0, {}, ""},
     {"Shape", 13, 1, 1, {}, "folded: tec fixes every shape per profile"},
+    {"Cos", 7, 1, 1, {}, "only where it computes a constant (the rotary embedding's tables, made in forward from inv_freq and "
+                     "the positions)"},
+    {"Sin", 7, 1, 1, {}, "only where it computes a constant (see Cos)"},
+    {"Trilu", 14, 1, 2, {1}, "only where it computes a constant (Hugging Face's causal mask: triu of -inf, then attention's causal "
+                         "flag)"},
     {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
     {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
                                              "rotary embedding (see Slice)"},
@@ -245,7 +250,8 @@ class Importer {
     static const std::set<std::string> same = {"Relu", "Gelu", "Sigmoid", "Tanh", "Erf", "Sqrt", "Reciprocal", "Neg", "Pow",
                                                "ReduceMean", "LayerNormalization", "RMSNormalization", "Transpose",
                                                "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "MatMul", "Gemm",
-                                               "Add", "Sub", "Mul", "Div", "Gather", "Concat", "Attention"};
+                                               "Add", "Sub", "Mul", "Div", "Gather", "Concat", "Attention", "Softmax", "Slice",
+                                               "Cos", "Sin", "Trilu"};
     std::map<std::string, int32_t> type;
     for (const auto& in : m_.inputs) type[in.name] = in.elem_type;
     for (const auto& [name, t] : m_.initializers) type[name] = t.elem_type;
@@ -280,9 +286,24 @@ class Importer {
         if (alias.count(in)) in = alias.at(in);
       if (n.op_type != "Cast" || !n.domain.empty() || outputs_.count(n.outputs[0])) continue;
       const auto it = type.find(n.inputs[0]);
-      if (it == type.end() || it->second != attr_int(n, "to", -1)) continue;
+      if (it == type.end()) continue;
+      const int32_t to = static_cast<int32_t>(attr_int(n, "to", -1));
+      if (it->second == to) {
+        noop_cast_[static_cast<size_t>(i)] = true;
+        alias[n.outputs[0]] = n.inputs[0];
+        continue;
+      }
+      // A round trip through fp32 (x -> Cast(FLOAT) -> Cast back), which the exporters write
+      // after Hugging Face's softmax in fp32 of a bf16 or fp16 model, gives x exactly.
+      const int up = producer_of(n.inputs[0]);
+      if (up < 0 || node(up).op_type != "Cast" || !node(up).domain.empty() || attr_int(node(up), "to", -1) != onnx::kFloat) continue;
+      const auto source = type.find(node(up).inputs[0]);
+      if (source == type.end() || source->second != to || (to != onnx::kFloat16 && to != onnx::kBfloat16)) continue;
       noop_cast_[static_cast<size_t>(i)] = true;
-      alias[n.outputs[0]] = n.inputs[0];
+      alias[n.outputs[0]] = node(up).inputs[0];
+      const auto readers = consumers_.find(n.inputs[0]);
+      if (readers != consumers_.end() && readers->second.size() == 1 && !outputs_.count(n.inputs[0]))
+        noop_cast_[static_cast<size_t>(up)] = true;  // read by the second Cast alone: gone with it
     }
     if (alias.empty()) return;
     consumers_.clear();  // the skipped Casts read nothing now: their readers read past them
@@ -389,6 +410,9 @@ class Importer {
       if (n.op_type == "Gather" || n.op_type == "Concat")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape" +
                        (n.op_type == "Concat" ? " or in the rotary embedding's rotate_half" : ""));
+      else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu")
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (rotary "
+                               "tables, a causal mask)");
       else if (n.op_type == "Softmax")
         problem(n, "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not supported yet");
       else if (n.op_type == "Slice")
@@ -1522,20 +1546,38 @@ class Importer {
     const double frequency = seq > 1 ? std::atan2(sin.at(static_cast<size_t>(d + 1)), cos.at(static_cast<size_t>(d + 1))) : 0.0;
     TEC_UNSUPPORTED_CHECK(seq > 1 && frequency > 0.0 && frequency < 1.0, ctx)
         << "the rotary embedding's tables give no frequency to find theta from (need two positions or more)";
-    double theta = std::pow(frequency, -static_cast<double>(d) / 2.0);
-    // Tables of float precision give theta to about 1e-6 of itself: a whole number that close
-    // is the model's (10000, 500000).
-    if (std::fabs(theta - std::round(theta)) <= 1e-5 * theta) theta = std::round(theta);
-    for (int64_t p = 0; p < seq; ++p)
-      for (int64_t i = 0; i < d; ++i) {
-        const double angle = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
-        const size_t at = static_cast<size_t>(p * d + i);
-        const double tolerance = 1.0 / 128.0;
-        TEC_UNSUPPORTED_CHECK(std::fabs(cos.at(at) - std::cos(angle)) <= tolerance && std::fabs(sin.at(at) - std::sin(angle)) <= tolerance,
-                              ctx)
-            << "the rotary embedding's tables are not rope's for theta " << theta << " at position " << p << ", channel " << i
-            << " (positions must be 0..S-1, both halves of a head alike)";
+    const double estimate = std::pow(frequency, -static_cast<double>(d) / 2.0);
+    // Tables of float precision give theta to about 1e-6 of itself, a bf16 model's to a few
+    // percent: the model's theta is the estimate itself, or the first of it rounded to 6, 3,
+    // 2 or 1 significant digits (10000, 500000) whose tables agree with every entry.
+    auto fits = [&](double theta, int64_t* bad_p, int64_t* bad_i) {
+      for (int64_t p = 0; p < seq; ++p)
+        for (int64_t i = 0; i < d; ++i) {
+          const double angle = static_cast<double>(p) * std::pow(theta, -2.0 * static_cast<double>(i % half) / static_cast<double>(d));
+          const size_t at = static_cast<size_t>(p * d + i);
+          const double tolerance = 1.0 / 128.0;  // a bf16 table's rounding
+          if (std::fabs(cos.at(at) - std::cos(angle)) > tolerance || std::fabs(sin.at(at) - std::sin(angle)) > tolerance) {
+            *bad_p = p;
+            *bad_i = i;
+            return false;
+          }
+        }
+      return true;
+    };
+    auto rounded = [](double v, int digits) {
+      const double scale = std::pow(10.0, std::floor(std::log10(v)) - digits + 1);
+      return std::round(v / scale) * scale;
+    };
+    double theta = 0.0;
+    int64_t bad_p = 0, bad_i = 0;
+    for (double candidate : {rounded(estimate, 6), rounded(estimate, 3), rounded(estimate, 2), rounded(estimate, 1), estimate})
+      if (std::fabs(candidate - estimate) <= 0.05 * estimate && fits(candidate, &bad_p, &bad_i)) {
+        theta = candidate;
+        break;
       }
+    TEC_UNSUPPORTED_CHECK(theta > 0.0, ctx) << "the rotary embedding's tables are not rope's for theta " << estimate << " (nor a round "
+                                            << "number near it) at position " << bad_p << ", channel " << bad_i
+                                            << " (positions must be 0..S-1, both halves of a head alike)";
     Attributes a;
     a.values["head_dim"] = d;
     a.values["theta"] = theta;
@@ -2064,7 +2106,8 @@ class Importer {
           continue;
         }
         if (noop_cast_[static_cast<size_t>(i)]) {
-          became_[static_cast<size_t>(i)] = "nothing: a Cast to the type its input already has (its readers read the input)";
+          became_[static_cast<size_t>(i)] =
+              "nothing: a Cast to the type its input already has, or a round trip through FLOAT back to it (its readers read the input)";
           continue;
         }
         if (gid >= 0) {
