@@ -12,8 +12,9 @@ hidden 4096, 32 query heads and 8 kv heads of 128 (GQA), ffn 14336 (SwiGLU), cau
   torch graph          that eager layer captured by hand in one torch.cuda.CUDAGraph.
   torch.compile        that layer through torch.compile (mode max-autotune-no-cudagraphs, then
                        captured in a CUDA graph by hand, as the graph row).
-  sdpa alone           F.scaled_dot_product_attention of the layer's shapes alone (cuDNN backend),
-                       against which tec's attention step (te-run --profile) is compared.
+  sdpa alone           F.scaled_dot_product_attention of the layer's shapes alone (cuDNN backend) on
+                       q, k, v in tec's bshd layout, against which tec's attention step (te-run
+                       --profile, eager) is compared.
 Each timing is the median of 100 runs after 10 warm-up runs, timed with CUDA events. Floor: the
 layer's FLOPs / peak (800 TFLOP/s bf16, 1600 FP8 dense on the H100).
 
@@ -56,6 +57,7 @@ def run_tec(out, build, shapes):
 def run_torch(shapes):
     import torch
     import torch.nn.functional as F
+    from moe_bench import hand_graph  # warm-up on a side stream, then one capture
 
     torch.manual_seed(0)
     dev = "cuda"
@@ -101,16 +103,7 @@ def run_torch(shapes):
         return sorted(times)[len(times) // 2]
 
     def captured(fn):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        return graph.replay
+        return hand_graph(fn)[0].replay
 
     compiled = torch.compile(layer, mode="max-autotune-no-cudagraphs")
     results = {}
@@ -120,8 +113,9 @@ def run_torch(shapes):
         with torch.no_grad():
             rows = {"torch eager": lambda: layer(x, cos, sin), "torch graph": captured(lambda: layer(x, cos, sin)),
                     "torch.compile": captured(lambda: compiled(x, cos, sin))}
-            q = torch.randn(b, NH, t, D, device=dev).bfloat16()
-            kv = torch.randn(b, NKV, t, D, device=dev).bfloat16()
+            # tec's layout: [B, S, heads x D] (bshd), viewed as [B, heads, S, D] with strides.
+            q = torch.randn(b, t, NH, D, device=dev).bfloat16().transpose(1, 2)
+            kv = torch.randn(b, t, NKV, D, device=dev).bfloat16().transpose(1, 2)
             from torch.nn.attention import SDPBackend, sdpa_kernel
             with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
                 sdpa = lambda: F.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)

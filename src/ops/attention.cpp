@@ -1,8 +1,8 @@
 // The attention half of a transformer layer (issue 25): `rope`, the rotary position embedding
 // of the query and key heads (RoFormer; TE's apply_rotary_pos_emb), and `attention`, scaled
-// dot-product attention (TE's DotProductAttention), both on the CPU reference so far: their GPU
-// lowering (a row kernel, cuDNN's SDPA graphs) is not written yet, and a plan using them says
-// "no GPU code" naming the op.
+// dot-product attention (TE's DotProductAttention). Here: shapes, saved tensors and the CPU
+// reference; on the GPU rope is a row kernel (kernels/row.cu) and attention cuDNN's SDPA
+// (src/runtime/attention.h), forward only so far.
 //
 // rope rotates pairs of each head's first rotary_dim channels by the angle position x
 // theta^(-2i / rotary_dim) for pair i: the "half" style pairs channel i with i + rotary_dim / 2
@@ -393,7 +393,7 @@ std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, co
 void register_attention_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "rope",
-      .summary = "rotary position embedding of the query or key heads (half-split or interleaved pairs; CPU reference only so far)",
+      .summary = "rotary position embedding of the query or key heads (half-split or interleaved pairs; a GPU row kernel)",
       .min_inputs = 1,
       .max_inputs = 1,
       .attrs =
@@ -416,7 +416,7 @@ void register_attention_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "attention",
       .summary = "scaled dot-product attention of q, k, v (MHA, GQA, MQA; self or cross; causal or not; an optional fourth input: "
-                 "a padding mask as int32 seq_lens [B], or an additive mask; CPU reference only so far)",
+                 "a padding mask as int32 seq_lens [B], or an additive mask; cuDNN SDPA on the GPU, its backward on the CPU reference)",
       .min_inputs = 3,
       .max_inputs = 4,
       .attrs =

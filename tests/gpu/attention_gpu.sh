@@ -15,13 +15,7 @@ set -uo pipefail
 compile=$1 run=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
-if [ -z "${TEC_CUDNN_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libcudnn.so.9; then
-  wheel=$(python3 -c "import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], 'lib'))" 2>/dev/null)
-  if [ -n "$wheel" ] && [ -f "$wheel/libcudnn.so.9" ]; then
-    export TEC_CUDNN_LIBRARY=$wheel/libcudnn.so.9
-    export LD_LIBRARY_PATH=$wheel:${LD_LIBRARY_PATH:-}  # cuDNN opens its engine libraries by name
-  fi
-fi
+source "$here/wheel_libraries.sh"
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 

@@ -16,10 +16,7 @@ compile=$1 run=$2 out=$3
 here=$(cd "$(dirname "$0")" && pwd)
 graph="$here/../../examples/mlp_tp.json"
 mkdir -p "$out"
-if [ -z "${TEC_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
-  wheel=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
-  [ -n "$wheel" ] && [ -f "$wheel" ] && export TEC_NCCL_LIBRARY=$wheel
-fi
+source "$here/wheel_libraries.sh"
 "$compile" "$graph" --tp 2 --shape T=64 --recipe bf16 -q -o "$out/probe.teplan" || exit 1
 "$run" "$out/probe.teplan" --iterations 1 --warmup 0 > "$out/probe.log" 2>&1
 probe_rc=$?

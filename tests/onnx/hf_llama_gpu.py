@@ -30,19 +30,7 @@ def export(out):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
-
-    class RMSNorm(nn.Module):
-        def __init__(self, hidden, eps=1e-5):
-            super().__init__()
-            self.weight = nn.Parameter(torch.ones(hidden) + 0.1 * torch.randn(hidden))
-            self.eps = eps
-
-        def forward(self, x):
-            dtype = x.dtype
-            x = x.to(torch.float32)
-            variance = x.pow(2).mean(-1, keepdim=True)
-            x = x * torch.rsqrt(variance + self.eps)
-            return self.weight * x.to(dtype)
+    from export_corpus import HfRMSNorm  # transformers' LlamaRMSNorm, verbatim in its arithmetic
 
     def rotate_half(x):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
@@ -51,7 +39,10 @@ def export(out):
     class DecoderLayer(nn.Module):
         def __init__(self):
             super().__init__()
-            self.input_layernorm, self.post_attention_layernorm = RMSNorm(HIDDEN), RMSNorm(HIDDEN)
+            self.input_layernorm, self.post_attention_layernorm = HfRMSNorm(HIDDEN, eps=1e-5), HfRMSNorm(HIDDEN, eps=1e-5)
+            with torch.no_grad():  # weights that are not all ones, so that a norm's scale is seen
+                self.input_layernorm.weight += 0.1 * torch.randn(HIDDEN)
+                self.post_attention_layernorm.weight += 0.1 * torch.randn(HIDDEN)
             self.q_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
             self.k_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
             self.v_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
