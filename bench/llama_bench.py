@@ -12,13 +12,16 @@ hidden 4096, 32 query heads and 8 kv heads of 128 (GQA), ffn 14336 (SwiGLU), cau
   torch graph          that eager layer captured by hand in one torch.cuda.CUDAGraph.
   torch.compile        that layer through torch.compile (mode max-autotune-no-cudagraphs, then
                        captured in a CUDA graph by hand, as the graph row).
+  tec attention alone  a plan of the layer's attention alone (bf16 q, k, v in), replayed as a CUDA
+                       graph like the layer (--profile's eager step times add cuDNN's host-side
+                       work per call).
   sdpa alone           F.scaled_dot_product_attention of the layer's shapes alone (cuDNN backend) on
                        q, k, v in tec's bshd layout, against which tec's attention step (te-run
                        --profile, eager) is compared.
 Each timing is the median of 100 runs after 10 warm-up runs, timed with CUDA events. Floor: the
 layer's FLOPs / peak (800 TFLOP/s bf16, 1600 FP8 dense on the H100).
 
-  bench/llama_bench.py --out DIR [--build .carry/gpu] [--shapes 1x2048,1x8192] [--part tec,torch]
+  bench/llama_bench.py --out DIR [--build .carry/gpu] [--shapes 1x2048,1x8192] [--part tec,torch|attention,sdpa]
   bench/llama_bench.py --out DIR --report
 """
 import argparse, json, subprocess, sys
@@ -54,7 +57,28 @@ def run_tec(out, build, shapes):
     return results
 
 
-def run_torch(shapes):
+def run_attention_alone(out, build, shapes):
+    """tec's attention step as a plan of its own (bf16 q, k, v in), timed as a CUDA graph replay:
+    the eager step times of --profile include cuDNN's host-side work per call, which a replayed
+    graph does not do."""
+    results = {}
+    for b, t in shapes:
+        graph = {"name": "attention_alone", "dtype": "bf16", "recipe": "bf16", "dims": {"B": b, "T": t, "Q": NH * D, "KV": NKV * D},
+                 "inputs": [{"name": "q", "shape": ["B", "T", "Q"]}, {"name": "k", "shape": ["B", "T", "KV"]}, {"name": "v", "shape": ["B", "T", "KV"]}],
+                 "ops": [{"name": "o", "op": "attention", "inputs": ["q", "k", "v"], "attrs": {"heads": NH, "kv_heads": NKV, "head_dim": D, "causal": True}}],
+                 "outputs": ["o"]}
+        model, plan, report = out / f"attention.{b}x{t}.json", out / f"attention.{b}x{t}.teplan", out / f"attention.{b}x{t}.report.json"
+        model.write_text(json.dumps(graph))
+        subprocess.run([build / "cli/te-compile", model, "-q", "-o", plan], check=True)
+        subprocess.run([build / "cli/te-run", plan, "--iterations", "100", "--warmup", "10", "--json", report], check=True, stdout=subprocess.DEVNULL)
+        r = json.loads(report.read_text())
+        results[f"tec attention alone {b}x{t}"] = {"us": r["graph"]["p50_us"], "device": r["device"]}
+        print(f"  tec attention alone {b}x{t}: {r['graph']['p50_us']:.1f} us (graph)", flush=True)
+        plan.unlink()
+    return results
+
+
+def run_torch(shapes, layers=True):
     import torch
     import torch.nn.functional as F
     from moe_bench import hand_graph  # warm-up on a side stream, then one capture
@@ -112,7 +136,7 @@ def run_torch(shapes):
         cos, sin = rope_tables(t)
         with torch.no_grad():
             rows = {"torch eager": lambda: layer(x, cos, sin), "torch graph": captured(lambda: layer(x, cos, sin)),
-                    "torch.compile": captured(lambda: compiled(x, cos, sin))}
+                    "torch.compile": captured(lambda: compiled(x, cos, sin))} if layers else {}
             # tec's layout: [B, S, heads x D] (bshd), viewed as [B, heads, S, D] with strides.
             q = torch.randn(b, t, NH, D, device=dev).bfloat16().transpose(1, 2)
             kv = torch.randn(b, t, NKV, D, device=dev).bfloat16().transpose(1, 2)
@@ -135,7 +159,7 @@ def run_torch(shapes):
 
 def report(out):
     results = {}
-    for part in ("tec", "torch"):
+    for part in ("tec", "attention", "torch"):
         path = out / f"llama_{part}.json"
         if path.exists():
             results.update(json.loads(path.read_text()))
@@ -159,7 +183,8 @@ def main():
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--build", type=Path, default=ROOT / "build")
     p.add_argument("--shapes", default="1x2048,1x8192", help="B x T pairs, comma-separated")
-    p.add_argument("--part", default="tec,torch")
+    p.add_argument("--part", default="tec,torch", help="tec (the layer, and attention alone), attention (tec's alone), torch (the "
+                   "layer and SDPA alone), sdpa (SDPA alone)")
     p.add_argument("--report", action="store_true")
     a = p.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -167,8 +192,10 @@ def main():
         shapes = [tuple(int(v) for v in s.split("x")) for s in a.shapes.split(",")]
         if "tec" in a.part:
             (a.out / "llama_tec.json").write_text(json.dumps(run_tec(a.out, a.build.resolve(), shapes), indent=1))
-        if "torch" in a.part:
-            (a.out / "llama_torch.json").write_text(json.dumps(run_torch(shapes), indent=1))
+        if "tec" in a.part or "attention" in a.part:
+            (a.out / "llama_attention.json").write_text(json.dumps(run_attention_alone(a.out, a.build.resolve(), shapes), indent=1))
+        if "torch" in a.part or "sdpa" in a.part:  # sdpa: PyTorch's attention alone, not the layer
+            (a.out / "llama_torch.json").write_text(json.dumps(run_torch(shapes, layers="torch" in a.part), indent=1))
     report(a.out)
 
 

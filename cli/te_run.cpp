@@ -40,7 +40,8 @@ Examples:
 Libraries loaded only by plans that need them:
   NCCL (tensor-parallel plans)  $TEC_NCCL_LIBRARY, else libnccl.so.2 by the loader's search
   cuDNN 9 (attention)           $TEC_CUDNN_LIBRARY, else libcudnn.so.9 (e.g. PyTorch's nvidia-cudnn-cu13
-                                wheel: its lib/ on LD_LIBRARY_PATH, or TEC_CUDNN_LIBRARY=.../libcudnn.so.9)
+                                wheel: its lib/ on LD_LIBRARY_PATH, or TEC_CUDNN_LIBRARY=.../libcudnn.so.9);
+                                TEC_CUDNN_AUTOTUNE=1 times cuDNN's candidate plans at session creation
 
 Exit codes:
   0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input

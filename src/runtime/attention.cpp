@@ -3,6 +3,7 @@
 #include "core/error.h"
 
 #if TEC_HAVE_CUDNN_FRONTEND
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -70,6 +71,16 @@ std::vector<int64_t> strides_of(const plan::Attention& a, int64_t seq, int64_t h
   return {seq * row, dim, row, 1};
 }
 
+bool autotuned();
+
+std::unordered_map<int64_t, void*> variant_pack(const AttentionPointers& p) {
+  std::unordered_map<int64_t, void*> pack{{kQ, p.q}, {kK, p.k}, {kV, p.v}, {kO, p.o}};
+  if (p.stats) pack[kStats] = p.stats;
+  if (p.seq_lens) pack[kSeqLensQ] = pack[kSeqLensKv] = p.seq_lens;
+  if (p.bias) pack[kBias] = p.bias;
+  return pack;
+}
+
 std::shared_ptr<CachedGraph> build_graph(const plan::Attention& a, cudnnHandle_t handle, const std::string& step) {
   auto cached = std::make_shared<CachedGraph>();
   auto graph = std::make_shared<fe::graph::Graph>();
@@ -110,22 +121,55 @@ std::shared_ptr<CachedGraph> build_graph(const plan::Attention& a, cudnnHandle_t
   check_fe(graph->build_operation_graph(handle), "cannot build the attention graph", step);
   check_fe(graph->create_execution_plans({fe::HeurMode_t::A}), "has no execution plan for the attention", step);
   check_fe(graph->check_support(handle), "supports no engine for this attention (its head dims, dtype or masks)", step);
-  check_fe(graph->build_plans(handle), "cannot build the attention's plan", step);
-  int64_t workspace = 0;
-  check_fe(graph->get_workspace_size(workspace), "workspace size", step);
+  check_fe(graph->build_plans(handle, autotuned() ? fe::BuildPlanPolicy_t::ALL : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE),
+           "cannot build the attention's plan", step);
   cached->graph = std::move(graph);
-  cached->workspace_bytes = workspace;
   return cached;
+}
+
+// cuDNN's heuristic picks the first engine config it ranks. TEC_CUDNN_AUTOTUNE=1 times every
+// candidate once per process and shape and keeps the fastest. Off by default: on the H100 (bench/
+// llama_bench.py, Llama's attention alone as a graph, 2026-11-26) it moved 87 / 272 / 1026 us at
+// B x T = 1 x 2048 / 4 x 2048 / 1 x 8192 to 87 / 293 / 970 us, no gain beyond noise, for a slower
+// first session.
+bool autotuned() {
+  const char* v = std::getenv("TEC_CUDNN_AUTOTUNE");
+  return v && std::string(v) == "1";
+}
+
+// Times the graph's candidate plans on `p` (the session's own buffers: at creation nothing in
+// them is live yet) and keeps the fastest; then its workspace size is the graph's.
+void autotune(CachedGraph& g, cudnnHandle_t handle, const AttentionPointers& p, const std::string& step) {
+  if (autotuned() && g.graph->get_execution_plan_count() > 1) {
+    void* scratch = nullptr;
+    const int64_t bytes = g.graph->get_autotune_workspace_size();
+    if (bytes > 0 && cudaMalloc(&scratch, static_cast<size_t>(bytes)) != cudaSuccess) {
+      cudaGetLastError();
+      throw Error(ErrorKind::device, ctx(step), "cannot allocate " + std::to_string(bytes) + " bytes to time cuDNN's attention plans");
+    }
+    std::unordered_map<int64_t, void*> pack = variant_pack(p);
+    const fe::error_t status = g.graph->autotune(handle, pack, scratch);
+    cudaFree(scratch);
+    check_fe(status, "cannot time the attention's plans", step);
+  }
+  int64_t workspace = 0;
+  check_fe(g.graph->get_workspace_size(workspace), "workspace size", step);
+  g.workspace_bytes = workspace;
 }
 
 // The process's graphs; building one takes milliseconds to seconds (cuDNN compiles kernels at
 // run time), so sessions of one shape share it.
-std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, cudnnHandle_t handle, const std::string& step) {
+std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, cudnnHandle_t handle, const AttentionPointers& p,
+                                       const std::string& step) {
   static std::mutex mutex;
   static std::map<GraphKey, std::shared_ptr<CachedGraph>> cache;
   std::lock_guard lock(mutex);
   auto& entry = cache[key_of(device, a)];
-  if (!entry) entry = build_graph(a, handle, step);
+  if (!entry) {
+    auto built = build_graph(a, handle, step);
+    autotune(*built, handle, p, step);
+    entry = std::move(built);  // cached only once complete: a failure is retried by the next session
+  }
   return entry;
 }
 
@@ -141,7 +185,8 @@ struct AttentionRunner::Impl {
   }
 };
 
-AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector<size_t>& launches, const std::vector<std::string>& where)
+AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector<size_t>& launches, const std::vector<std::string>& where,
+                                 const std::function<AttentionPointers(size_t launch)>& pointers)
     : impl_(std::make_unique<Impl>()) {
   if (launches.empty()) return;
   const std::string& first_step = where.at(launches.front());
@@ -152,7 +197,7 @@ AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector
     if (fe::detail::create_handle(&impl_->handle) != CUDNN_STATUS_SUCCESS)
       throw Error(ErrorKind::device, ctx(first_step), "cudnnCreate failed (out of device memory?)");
     for (size_t i : launches) {
-      auto graph = graph_for(profile.launches.at(i).attention, device, impl_->handle, where.at(i));
+      auto graph = graph_for(profile.launches.at(i).attention, device, impl_->handle, pointers(i), where.at(i));
       impl_->workspace_bytes = std::max(impl_->workspace_bytes, static_cast<size_t>(graph->workspace_bytes));
       impl_->graphs[i] = std::move(graph);
       impl_->where[i] = where.at(i);
@@ -170,10 +215,7 @@ size_t AttentionRunner::workspace_bytes() const { return impl_->workspace_bytes;
 void AttentionRunner::enqueue(size_t launch, const AttentionPointers& p, void* workspace, cudaStream_t stream) const {
   CachedGraph& g = *impl_->graphs.at(launch);
   const std::string& step = impl_->where.at(launch);
-  std::unordered_map<int64_t, void*> pack{{kQ, p.q}, {kK, p.k}, {kV, p.v}, {kO, p.o}};
-  if (p.stats) pack[kStats] = p.stats;
-  if (p.seq_lens) pack[kSeqLensQ] = pack[kSeqLensKv] = p.seq_lens;
-  if (p.bias) pack[kBias] = p.bias;
+  std::unordered_map<int64_t, void*> pack = variant_pack(p);
   if (fe::detail::set_stream(impl_->handle, stream) != CUDNN_STATUS_SUCCESS)
     throw Error(ErrorKind::device, ctx(step), "cudnnSetStream failed");
   std::lock_guard lock(g.execute_mutex);
@@ -187,7 +229,8 @@ bool attention_available() { return true; }
 
 struct AttentionRunner::Impl {};
 
-AttentionRunner::AttentionRunner(const plan::Profile&, const std::vector<size_t>& launches, const std::vector<std::string>& where) {
+AttentionRunner::AttentionRunner(const plan::Profile&, const std::vector<size_t>& launches, const std::vector<std::string>& where,
+                                 const std::function<AttentionPointers(size_t)>&) {
   if (!launches.empty())
     throw Error(ErrorKind::unsupported, ctx(where.at(launches.front())),
                 "this build of tec has no cuDNN frontend, so it cannot run attention: install it (pip install nvidia-cudnn-frontend, "

@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,8 +28,10 @@ struct AttentionPointers {
 class AttentionRunner {
  public:
   // `launches` (indices into profile.launches) are the attention launches; `where` names each
-  // launch's step, for errors.
-  AttentionRunner(const plan::Profile& profile, const std::vector<size_t>& launches, const std::vector<std::string>& where);
+  // launch's step, for errors; `pointers` gives a launch's buffers, on which a graph new to the
+  // process times cuDNN's candidate plans with TEC_CUDNN_AUTOTUNE=1 (else: the heuristic's first).
+  AttentionRunner(const plan::Profile& profile, const std::vector<size_t>& launches, const std::vector<std::string>& where,
+                  const std::function<AttentionPointers(size_t launch)>& pointers);
   ~AttentionRunner();
   AttentionRunner(const AttentionRunner&) = delete;
   AttentionRunner& operator=(const AttentionRunner&) = delete;

@@ -370,6 +370,12 @@ struct Session::Impl {
   }
 };
 
+AttentionPointers Session::attention_pointers(size_t launch) const {
+  const plan::Attention& a = profile_.launches.at(launch).attention;
+  auto at = [&](int buffer) { return buffer < 0 ? nullptr : address(buffer); };
+  return {at(a.q), at(a.k), at(a.v), at(a.o), at(a.stats), at(a.seq_lens), at(a.bias)};
+}
+
 void* Session::address(int buffer) const {
   const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(buffer));
   char* base = static_cast<char*>(b.region == "constants" ? impl_->shared->constants : impl_->arena);
@@ -616,7 +622,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   for (size_t i = 0; i < n; ++i)
     if (profile_.launches[i].kind == "attention") attention_launches.push_back(i);
   if (!attention_launches.empty()) {
-    s.attention = std::make_unique<AttentionRunner>(profile_, attention_launches, s.where);
+    s.attention = std::make_unique<AttentionRunner>(profile_, attention_launches, s.where, [&](size_t i) { return attention_pointers(i); });
     s.attention_workspace = device_alloc(s.attention->workspace_bytes(), "cuDNN attention workspace");
   }
 
@@ -828,9 +834,7 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
       TEC_CUDA(cudaEventRecord(s.events[i], s.side_stream), where);
       TEC_CUDA(cudaStreamWaitEvent(stream, s.events[i], 0), where);
     } else if (l.kind == "attention") {
-      const plan::Attention& a = l.attention;
-      auto at = [&](int buffer) { return buffer < 0 ? nullptr : address(buffer); };
-      s.attention->enqueue(i, {at(a.q), at(a.k), at(a.v), at(a.o), at(a.stats), at(a.seq_lens), at(a.bias)}, s.attention_workspace, stream);
+      s.attention->enqueue(i, attention_pointers(i), s.attention_workspace, stream);
     } else if (l.kind == "delayed_scale_inv" || l.kind == "delayed_update") {
       if (s.delayed_count > 0) {
         void* args[] = {&s.delayed_table, &s.delayed_count};

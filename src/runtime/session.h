@@ -13,6 +13,7 @@
 #include <string>
 
 #include "plan/plan.h"
+#include "runtime/attention.h"
 #include "runtime/nccl.h"
 #include "tec/runtime.h"
 
@@ -68,6 +69,8 @@ class Session {
   const plan::Profile& profile() const { return profile_; }
   // Device address of a profile buffer (arena or constants).
   void* address(int buffer) const;
+  // The buffers attention launch `launch` reads and writes.
+  AttentionPointers attention_pointers(size_t launch) const;
   void upload(int buffer, const void* host, size_t bytes, cudaStream_t stream);
   // Waits for the stream; throws Error(invalid_input) when the last run's kernels found hostile
   // run-time data (check_status).
