@@ -1,7 +1,8 @@
 # The same GEMMs as examples/mlp.json at T=16 (fc1 4096 -> 16384, fc2 16384 -> 4096), in FP8
-# (per-tensor scales) and BF16, issued by PyTorch, which also calls cuBLASLt: no tec code runs.
-# sanitize.sh runs it under racecheck next to tec's plans, so that a hazard inside cuBLASLt's
-# own kernels can be told apart from one that tec's use of cuBLASLt causes.
+# (per-tensor scales) and BF16, issued by PyTorch, which also calls cuBLASLt, and the attention of
+# examples/llama_layer_small.json through PyTorch's cuDNN SDPA: no tec code runs. sanitize.sh runs
+# it under racecheck next to tec's plans, so that a hazard inside cuBLASLt's or cuDNN's own kernels
+# can be told apart from one that tec's use of them causes.
 #   compute-sanitizer --tool racecheck python3 tests/gpu/cublaslt_racecheck_witness.py
 import torch
 
@@ -25,5 +26,13 @@ for _ in range(2):
     y = fp8_linear(h, w2, torch.bfloat16)
     hb = x @ w1.t()
     yb = hb @ w2.t()
+# Causal GQA attention, 8 query and 2 kv heads of 64, 128 tokens, in tec's [B, S, heads x D] layout.
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+q = torch.randn(2, 128, 8, 64, device=device, dtype=torch.bfloat16).transpose(1, 2)
+kv = torch.randn(2, 128, 2, 64, device=device, dtype=torch.bfloat16).transpose(1, 2)
+with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+    for _ in range(2):
+        o = torch.nn.functional.scaled_dot_product_attention(q, kv, kv, is_causal=True, enable_gqa=True)
 torch.cuda.synchronize()
-print("witness GEMMs ran:", tuple(y.shape), tuple(yb.shape))
+print("witness GEMMs and attention ran:", tuple(y.shape), tuple(yb.shape), tuple(o.shape))
