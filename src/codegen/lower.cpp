@@ -582,6 +582,11 @@ class StepLowering {
     Launch l;
     l.kind = Launch::Kind::attention;
     l.step = index_;
+    if (g_.recipe.kind != RecipeKind::bf16)
+      step_.fusions.push_back("gpu: attention '" + n.name + "' runs in " + std::string(to_string(a.dtype)) + " through cuDNN's SDPA under " +
+                              std::string(to_string(g_.recipe.kind)) +
+                              ": tec quantizes no attention input, so cuDNN's FP8 attention is not used yet" +
+                              (o.proto.quantizer ? "; a row kernel quantizes its output for the next linear" : ""));
     const std::string written = a.o;
     l.attention = std::move(a);
     out_.push_back(std::move(l));
