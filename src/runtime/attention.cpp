@@ -159,13 +159,21 @@ void autotune(CachedGraph& g, cudnnHandle_t handle, const AttentionPointers& p, 
 
 // The process's graphs; building one takes milliseconds to seconds (cuDNN compiles kernels at
 // run time), so sessions of one shape share it.
-std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, cudnnHandle_t handle, const AttentionPointers& p,
-                                       const std::string& step) {
+// Graphs outlive the session that first needed them, so they are built with a handle of the
+// cache's own, one per device, kept for the process's life (the plans cuDNN builds refer to it);
+// each session executes with its own.
+std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, const AttentionPointers& p, const std::string& step) {
   static std::mutex mutex;
   static std::map<GraphKey, std::shared_ptr<CachedGraph>> cache;
+  static std::map<int, cudnnHandle_t> build_handles;
   std::lock_guard lock(mutex);
   auto& entry = cache[key_of(device, a)];
   if (!entry) {
+    cudnnHandle_t& handle = build_handles[device];
+    if (!handle && fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS) {
+      handle = nullptr;
+      throw Error(ErrorKind::device, ctx(step), "cudnnCreate failed (out of device memory?)");
+    }
     auto built = build_graph(a, handle, step);
     autotune(*built, handle, p, step);
     entry = std::move(built);  // cached only once complete: a failure is retried by the next session
@@ -197,7 +205,7 @@ AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector
     if (fe::detail::create_handle(&impl_->handle) != CUDNN_STATUS_SUCCESS)
       throw Error(ErrorKind::device, ctx(first_step), "cudnnCreate failed (out of device memory?)");
     for (size_t i : launches) {
-      auto graph = graph_for(profile.launches.at(i).attention, device, impl_->handle, pointers(i), where.at(i));
+      auto graph = graph_for(profile.launches.at(i).attention, device, pointers(i), where.at(i));
       impl_->workspace_bytes = std::max(impl_->workspace_bytes, static_cast<size_t>(graph->workspace_bytes));
       impl_->graphs[i] = std::move(graph);
       impl_->where[i] = where.at(i);
