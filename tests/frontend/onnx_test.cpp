@@ -335,7 +335,9 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
 }
 
 // y = x + (a + b) for constants a and b: the inner Add is folded at import.
-::onnx::ModelProto folded_add_model(std::vector<int64_t> a_dims, std::vector<int64_t> b_dims, std::vector<int64_t> x_dims) {
+// y = x + op(a, b) with constants a and b (b left out when empty): the op is folded.
+::onnx::ModelProto folded_add_model(std::vector<int64_t> a_dims, std::vector<int64_t> b_dims, std::vector<int64_t> x_dims,
+                                    const std::string& op = "Add") {
   ::onnx::ModelProto m;
   m.set_ir_version(10);
   m.add_opset_import()->set_version(21);
@@ -347,6 +349,7 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
   for (int64_t d : x_dims) x->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
   g->add_output()->set_name("y");
   for (const auto& [name, dims] : {std::pair{"a", a_dims}, std::pair{"b", b_dims}}) {
+    if (dims.empty()) continue;
     auto* t = g->add_initializer();
     t->set_name(name);
     t->set_data_type(::onnx::TensorProto::FLOAT);
@@ -357,17 +360,40 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
     }
     for (int64_t i = 0; i < count; ++i) t->add_float_data(0.25f);
   }
-  auto add = [&](const std::string& a, const std::string& b, const std::string& out) {
+  auto node = [&](const std::string& type, const std::string& a, const std::string& b, const std::string& out) {
     auto* n = g->add_node();
     n->set_name(out);
-    n->set_op_type("Add");
+    n->set_op_type(type);
     n->add_input(a);
-    n->add_input(b);
+    if (!b.empty()) n->add_input(b);
     n->add_output(out);
   };
-  add("a", "b", "ab");
-  add("x", "ab", "y");
+  node(op, "a", b_dims.empty() ? "" : "b", "ab");
+  node("Add", "x", "ab", "y");
   return m;
+}
+
+TEST_CASE("the rotary tables' and causal mask's folds (MatMul, Cos, Sin, Trilu) refuse what they cannot fold, by name") {
+  SUBCASE("a MatMul of constants whose product is too big is refused before it is allocated") {
+    expect_error(bytes_of(folded_add_model({4096, 1}, {1, 8192}, {4096, 8192}, "MatMul")), ErrorKind::unsupported,
+                 "folding would make a constant of 33554432 elements [4096, 8192] from inputs of at most 8192");
+  }
+  SUBCASE("a MatMul of 1-D constants") {
+    expect_error(bytes_of(folded_add_model({4}, {4}, {1}, "MatMul")), ErrorKind::unsupported,
+                 "MatMul of constants folds float tensors of rank 2 or more");
+  }
+  SUBCASE("a Trilu of a 1-D constant") {
+    expect_error(bytes_of(folded_add_model({4}, {}, {4}, "Trilu")), ErrorKind::invalid_input, "Trilu needs a tensor of rank 2 or more");
+  }
+  SUBCASE("Cos of a run-time value is named") {
+    ::onnx::ModelProto m = valid_model();
+    m.mutable_graph()->mutable_node(1)->set_op_type("Cos");
+    expect_error(bytes_of(m), ErrorKind::unsupported, "Cos on run-time values is not supported");
+  }
+  SUBCASE("Trilu of a constant folds: the upper triangle kept") {
+    const OnnxImport imported = import_bytes(bytes_of(folded_add_model({4, 4}, {}, {4, 4}, "Trilu")));
+    CHECK(imported.graphs.at(0).value(imported.graphs.at(0).outputs.at(0)).proto.shape == Shape{4, 4});
+  }
 }
 
 TEST_CASE("constant folding may grow a constant by broadcasting, but not without bound") {
