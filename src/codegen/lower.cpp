@@ -439,7 +439,8 @@ class StepLowering {
   // chunks > 1: grid (rows, chunks), block y covers columns [y * chunk, (y + 1) * chunk).
   void push_row_launch(std::vector<std::string> defines, const std::array<LaunchArg, 12>& slots, int64_t rows,
                        int64_t cols, int64_t chunks) {
-    const int64_t chunk = (cols + chunks - 1) / chunks;
+    int64_t chunk = (cols + chunks - 1) / chunks;
+    if (cols % 8 == 0) chunk = (chunk + 7) / 8 * 8;  // row.cu's vector path takes 8 elements at a time
     if (chunks > 1) defines.push_back("TEC_CHUNK=" + std::to_string(chunk) + "LL");
     Launch l;
     l.kind = Launch::Kind::kernel;

@@ -15,10 +15,11 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const std::string arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
   std::printf("device: %s (%s)\n", prop.name, arch.c_str());
-  // TEC_GPU_TEST_ONLY=train (or quantize, delayed, plans, moe, leak, tuning, tp) runs one group alone.
+  // TEC_GPU_TEST_ONLY=train (or encode, quantize, delayed, plans, moe, leak, tuning, tp) runs one group alone.
   const char* only = std::getenv("TEC_GPU_TEST_ONLY");
   auto wanted = [&](const char* group) { return !only || std::string(only) == group; };
   int failures = 0;
+  if (wanted("encode")) failures += tec::gpu_test::fp8_encode_test(arch);
   if (wanted("quantize")) failures += tec::gpu_test::quantize_per_tensor_test(arch);
   if (wanted("delayed")) failures += tec::gpu_test::delayed_update_test(arch);
   if (wanted("plans")) failures += tec::gpu_test::plans_test(arch);
