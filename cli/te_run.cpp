@@ -156,12 +156,12 @@ void inspect(const tec::plan::Plan& plan) {
                       l.collective.op == "reduce" ? (" on rank " + std::to_string(l.collective.root)).c_str() : "");
         else if (l.kind == "attention") {
           const tec::plan::Attention& a = l.attention;
-          std::printf("  %-24s cudnn   SDPA %s B=%lld S=%lld S_kv=%lld heads %lld/%lld dims %lld/%lld %s%s scale %.4g%s%s%s\n", step.c_str(),
+          std::printf("  %-24s cudnn   SDPA%s %s B=%lld S=%lld S_kv=%lld heads %lld/%lld dims %lld/%lld %s%s scale %.4g%s%s%s\n", step.c_str(), a.backward ? " backward" : "",
                       std::string(tec::to_string(a.dtype)).c_str(), static_cast<long long>(a.batch), static_cast<long long>(a.seq_q),
                       static_cast<long long>(a.seq_kv), static_cast<long long>(a.heads), static_cast<long long>(a.kv_heads),
                       static_cast<long long>(a.head_dim), static_cast<long long>(a.v_head_dim), a.sbhd ? "sbhd" : "bshd",
                       a.causal ? " causal" : "", a.scale, a.seq_lens >= 0 ? ", padding mask" : "", a.bias >= 0 ? ", additive mask" : "",
-                      a.stats >= 0 ? ", log-sum-exp saved" : "");
+                      a.backward ? ", from the saved o and log-sum-exp" : a.stats >= 0 ? ", log-sum-exp saved" : "");
         } else if (l.kind == "fork" || l.kind == "join")
           std::printf("  %-24s %-7s %s\n", step.c_str(), l.kind.c_str(),
                       l.kind == "fork" ? "the side stream waits for the work so far" : "the run's stream waits for the side stream");

@@ -174,6 +174,11 @@ json launches_manifest(const CompiledProfile& p) {
                           {"q", ref(a.q)},          {"k", ref(a.k)},      {"v", ref(a.v)},              {"o", ref(a.o)},
                           {"stats", ref(a.stats)},  {"seq_lens", ref(a.seq_lens)}, {"bias", ref(a.bias)}};
         if (!a.bias.empty()) j["attention"]["bias_dims"] = a.bias_dims;
+        if (a.backward) {
+          j["attention"]["backward"] = true;
+          for (const auto& [key, buffer] : {std::pair{"d_o", &a.d_o}, {"dq", &a.dq}, {"dk", &a.dk}, {"dv", &a.dv}})
+            j["attention"][key] = ref(*buffer);
+        }
         break;
       }
       case codegen::Launch::Kind::kernel: {

@@ -62,6 +62,8 @@ plans.append(("mlp_tp.json", "fp8-current", ["--tp", "2", "--shape", "T=64"]))
 plans.append(("mlp_tp.json", "bf16", ["--tp", "2", "--shape", "T=64", "--tp-overlap", "on"]))
 # A whole layer: rope row kernels and one cuDNN attention launch.
 plans.append(("llama_layer_small.json", "fp8-current", ["--shape", "T=128"]))
+# Its train plan: cuDNN's backward launch (the saved o and log-sum-exp, d_o, dq, dk, dv).
+plans.append(("llama_layer_small.json", "bf16", ["--mode", "train", "--shape", "T=128"]))
 for model, recipe, extra in plans:
     recipe_args = ["--recipe", recipe] if recipe else []
     out = subprocess.run([te_compile, str(root / "examples" / model), *recipe_args, "--dump-after", "plan", "-q", *extra],
@@ -96,10 +98,14 @@ for model, recipe, extra in plans:
     if model.startswith("llama_layer"):
         launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
         attention = [l["attention"] for l in launches if l["kind"] == "attention"]
-        expect("the llama layer's plan has GPU code: one attention launch (GQA 8 / 2 heads of 64, causal) and the rope kernels",
-               manifest["profiles"][0]["gpu"]["supported"] and len(attention) == 1 and attention[0]["heads"] == 8 and
+        train = "train" in extra
+        expect("the llama layer's plan has GPU code: one attention launch (GQA 8 / 2 heads of 64, causal) and the rope kernels" +
+               (", then the backward's (the rope backward kernels too)" if train else ""),
+               manifest["profiles"][0]["gpu"]["supported"] and len(attention) == (2 if train else 1) and attention[0]["heads"] == 8 and
                attention[0]["kv_heads"] == 2 and attention[0]["head_dim"] == 64 and attention[0]["causal"] and
-               sum(1 for l in launches if l["kind"] == "kernel" and "TEC_PRODUCER=21" in manifest["modules"][l["module"]]["defines"]) == 2)
+               not attention[0].get("backward", False) and (not train or attention[1].get("backward") is True) and
+               sum(1 for l in launches if l["kind"] == "kernel" and "TEC_PRODUCER=21" in manifest["modules"][l["module"]]["defines"]) ==
+               (4 if train else 2))
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

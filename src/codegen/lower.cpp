@@ -531,16 +531,16 @@ class StepLowering {
 
   // Attention: one cuDNN SDPA graph (AttentionLaunch), in the model's 16-bit dtype under every
   // recipe: tec quantizes no attention input, so FP8 attention (cuDNN's FP8 SDPA) is not used yet.
-  void lower_attention(const Node& n) {
-    if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses attention '" + n.name + "' with other nodes"};
-    const Value &q = input(n, 0), &k = input(n, 1), &v = input(n, 2), &o = output(n);
-    for (const Value* t : {&q, &k, &v, &o}) {
-      if (t->proto.quantizer && t != &o)
+  // The launch's shape, scale and mask from the forward node's attributes and q and k; the
+  // tensors must be unquantized and of one 16-bit dtype.
+  AttentionLaunch attention_launch(const Node& n, const std::vector<const Value*>& tensors, const Value* mask) {
+    const Value &q = *tensors.at(0), &k = *tensors.at(1);
+    for (const Value* t : tensors) {
+      if (t->proto.quantizer)
         throw NotLowered{"attention '" + n.name + "': '" + t->name + "' is quantized; cuDNN's SDPA here takes bf16 or fp16"};
       if (t->proto.dtype != q.proto.dtype || (q.proto.dtype != DType::bf16 && q.proto.dtype != DType::fp16))
-        throw NotLowered{"attention '" + n.name + "': q, k, v and the output are " + std::string(to_string(q.proto.dtype)) + ", " +
-                         std::string(to_string(k.proto.dtype)) + ", " + std::string(to_string(v.proto.dtype)) + " and " +
-                         std::string(to_string(o.proto.dtype)) + "; cuDNN's SDPA takes all bf16 or all fp16"};
+        throw NotLowered{"attention '" + n.name + "': '" + t->name + "' is " + std::string(to_string(t->proto.dtype)) + " and q is " +
+                         std::string(to_string(q.proto.dtype)) + "; cuDNN's SDPA takes all bf16 or all fp16"};
     }
     AttentionLaunch a;
     a.heads = n.attrs.get_int("heads", 0);
@@ -560,26 +560,39 @@ class StepLowering {
     a.seq_kv = k.proto.shape[a.sbhd ? 0 : 1];
     a.q = data(q);
     a.k = data(k);
-    a.v = data(v);
-    // A quantized output (the next linear's input under an FP8 recipe): cuDNN writes it in the
-    // model dtype, and a row kernel quantizes that.
-    a.o = o.proto.quantizer ? add_workspace(o.name + ".unquantized", TensorProto::dense(o.proto.shape, q.proto.dtype)) : data(o);
-    if (n.outputs.size() > 1) a.stats = data(g_.value(n.outputs.at(1)));  // a train plan's forward saves the log-sum-exp
-    if (n.inputs.size() == 4) {
-      const Value& fourth = input(n, 3);
-      if (fourth.proto.quantizer) throw NotLowered{"attention '" + n.name + "': its mask '" + fourth.name + "' is quantized"};
+    a.v = data(*tensors.at(2));
+    if (mask) {
+      if (mask->proto.quantizer) throw NotLowered{"attention '" + n.name + "': its mask '" + mask->name + "' is quantized"};
       if (n.attrs.get_string("mask", "padding") == "additive") {
-        if (fourth.proto.dtype != a.dtype)
-          throw NotLowered{"attention '" + n.name + "': the additive mask '" + fourth.name + "' is " + std::string(to_string(fourth.proto.dtype)) +
+        if (mask->proto.dtype != a.dtype)
+          throw NotLowered{"attention '" + n.name + "': the additive mask '" + mask->name + "' is " + std::string(to_string(mask->proto.dtype)) +
                            " and q is " + std::string(to_string(a.dtype)) + "; cuDNN adds a mask of q's dtype (cast it first)"};
-        const Shape& m = fourth.proto.shape;
+        const Shape& m = mask->proto.shape;
         for (size_t d = 0; d < m.rank(); ++d) a.bias_dims[4 - m.rank() + d] = m[d];
-        a.bias = data(fourth);
+        a.bias = data(*mask);
       } else {
-        a.seq_lens = data(fourth);
-        memset(a.o);  // rows past a sequence's length are zeros, as the reference's
+        a.seq_lens = data(*mask);
       }
     }
+    return a;
+  }
+
+  void lower_attention(const Node& n) {
+    if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses attention '" + n.name + "' with other nodes"};
+    const Value &q = input(n, 0), &k = input(n, 1), &v = input(n, 2), &o = output(n);
+    if (o.proto.dtype != q.proto.dtype)
+      throw NotLowered{"attention '" + n.name + "': its output '" + o.name + "' is " + std::string(to_string(o.proto.dtype)) + " and q is " +
+                       std::string(to_string(q.proto.dtype)) + "; cuDNN's SDPA writes q's dtype"};
+    AttentionLaunch a = attention_launch(n, {&q, &k, &v}, n.inputs.size() == 4 ? &input(n, 3) : nullptr);
+    // A train plan's forward also saves the log-sum-exp and o for the backward (outputs 1 and 2):
+    // cuDNN writes o there, and a row kernel copies it into the output, or quantizes it when the
+    // output is the next linear's quantized input (FP8 recipes), as it does from a workspace in
+    // an inference plan.
+    const Value* saved_o = n.outputs.size() > 2 ? &g_.value(n.outputs.at(2)) : nullptr;
+    if (n.outputs.size() > 1) a.stats = data(g_.value(n.outputs.at(1)));
+    if (saved_o) a.o = data(*saved_o);
+    else a.o = o.proto.quantizer ? add_workspace(o.name + ".unquantized", TensorProto::dense(o.proto.shape, q.proto.dtype)) : data(o);
+    if (!a.seq_lens.empty()) memset(a.o);  // rows past a sequence's length are zeros, as the reference's
     Launch l;
     l.kind = Launch::Kind::attention;
     l.step = index_;
@@ -589,9 +602,65 @@ class StepLowering {
                               ": tec quantizes no attention input, so cuDNN's FP8 attention is not used yet" +
                               (o.proto.quantizer ? "; a row kernel quantizes its output for the next linear" : ""));
     const std::string written = a.o;
+    const std::string stats = a.stats, seq_lens = a.seq_lens;
+    const int64_t heads = a.heads, seq = a.seq_q, stats_rows = a.batch * a.heads * a.seq_q;
     l.attention = std::move(a);
     out_.push_back(std::move(l));
-    if (o.proto.quantizer) emit_row(load(written, q.proto.dtype, "attention '" + n.name + "'s output"), o);
+    if (!stats.empty() && !seq_lens.empty()) {  // padded rows' log-sum-exp: 0, as the reference's
+      Launch z;
+      z.kind = Launch::Kind::kernel;
+      z.step = index_;
+      z.module = modules_.add(KernelRequest{"attention_stats.cu",
+                                            {"TEC_ROWS=" + std::to_string(stats_rows) + "LL", "TEC_HEADS=" + std::to_string(heads) + "LL",
+                                             "TEC_SEQ=" + std::to_string(seq) + "LL"},
+                                            ""});
+      z.entry = "tec_zero_padded_stats";
+      z.grid = {(stats_rows + 255) / 256, 1, 1};
+      z.block = {256, 1, 1};
+      z.args = {buf(stats), buf(seq_lens)};
+      out_.push_back(std::move(z));
+    }
+    if (written != data(o)) emit_row(load(written, q.proto.dtype, "attention '" + n.name + "'s output"), o);
+  }
+
+  // cuDNN's SDPA backward. Inputs: the saved q, k, v, [mask], log-sum-exp and o, then do.
+  // `gradient(slot)` is where dq, dk or dv goes (null: not needed): cuDNN writes all three, so a
+  // gradient nobody reads, or one quantized for the next linear (written in the model dtype
+  // first, then quantized by a row kernel), goes through a workspace.
+  template <typename Gradient>
+  void lower_attention_backward(const Node& n, Gradient gradient) {
+    const bool masked = n.inputs.size() == 7;
+    const Value &q = input(n, 0), &k = input(n, 1), &v = input(n, 2);
+    const Value &o = input(n, masked ? 5 : 4), &d_o = input(n, masked ? 6 : 5), &stats = input(n, masked ? 4 : 3);
+    AttentionLaunch a = attention_launch(n, {&q, &k, &v, &o, &d_o}, masked ? &input(n, 3) : nullptr);
+    if (stats.proto.quantizer || stats.proto.dtype != DType::fp32)
+      throw NotLowered{"attention backward '" + n.name + "': its log-sum-exp '" + stats.name + "' is not fp32"};
+    a.backward = true;
+    a.o = data(o);
+    a.stats = data(stats);
+    a.d_o = data(d_o);
+    std::vector<std::pair<std::string, const Value*>> to_quantize;
+    const Value* forward[3] = {&q, &k, &v};
+    std::string* targets[3] = {&a.dq, &a.dk, &a.dv};
+    for (int slot = 0; slot < 3; ++slot) {
+      const Value* g = gradient(slot);
+      if (g && !g->proto.quantizer) {
+        *targets[slot] = data(*g);
+        continue;
+      }
+      const char* names[3] = {"dq", "dk", "dv"};
+      *targets[slot] = add_workspace(n.name + "." + names[slot], TensorProto::dense(forward[slot]->proto.shape, a.dtype));
+      if (g) to_quantize.emplace_back(*targets[slot], g);
+    }
+    // A padded sequence's rows past its length get no gradient, and cuDNN leaves them.
+    if (!a.seq_lens.empty())
+      for (const std::string* t : targets) memset(*t);
+    Launch l;
+    l.kind = Launch::Kind::attention;
+    l.step = index_;
+    l.attention = std::move(a);
+    out_.push_back(std::move(l));
+    for (const auto& [written, g] : to_quantize) emit_row(load(written, q.proto.dtype, "attention backward '" + n.name + "'s gradient"), *g);
   }
 
   void lower_kernel() {
@@ -729,6 +798,7 @@ class StepLowering {
       if (dgamma || dbeta) push_column_sums(dy, x.proto.shape.rows(), x.proto.shape.cols(), &x, mean, &rsigma, dgamma, dbeta);
       return;
     }
+    if (n.op == "attention") return lower_attention_backward(n, grad_of);
     if (n.op == "rope") {  // the turn by the opposite angle; rope saves nothing, its input is dy
       const Value& dy = unquantized(input(n, 0));
       if (const Value* dx = grad_of(0)) emit_row(rope_producer(n, dy, true), *dx);

@@ -77,7 +77,9 @@ struct CollectiveLaunch {
 // Scaled dot-product attention through cuDNN (the runtime builds one SDPA graph per launch at
 // session creation; src/runtime/attention.h): q [B, S, heads x head_dim] (or [S, B, ...]
 // under sbhd), k and v [B, S_kv, kv_heads x ...], o like q with v_head_dim; with `stats`, the
-// softmax's log-sum-exp [B, heads, S] fp32 (train plans save it for the backward).
+// softmax's log-sum-exp [B, heads, S] fp32 (train plans save it for the backward). With
+// `backward`, cuDNN's SDPA backward: it reads q, k, v, o and stats (the forward's, saved) and d_o,
+// and writes dq, dk and dv, each shaped as its forward tensor.
 struct AttentionLaunch {
   int64_t batch = 0, seq_q = 0, seq_kv = 0, heads = 0, kv_heads = 0, head_dim = 0, v_head_dim = 0;
   bool causal = false, sbhd = false;
@@ -87,6 +89,8 @@ struct AttentionLaunch {
   std::string seq_lens;  // padding: int32 [B], each sequence's valid length ("" for none)
   std::string bias;      // an additive mask broadcast from bias_dims to [B, heads, S, S_kv] ("" for none)
   std::array<int64_t, 4> bias_dims{1, 1, 1, 1};
+  bool backward = false;
+  std::string d_o, dq, dk, dv;  // backward only
 };
 
 struct Launch {

@@ -121,9 +121,9 @@ std::vector<HostTensor> backward_reference_rope(const Attributes& attrs, const s
 // S_kv] from [S, S_kv], [heads|1, S, S_kv] or [B|1, heads|1, S, S_kv]; cuDNN's bias, ONNX's
 // float attn_mask, Hugging Face's 4-D mask), added to the scaled scores; it gets no gradient. As flash
 // attention, a train plan saves the softmax's log-sum-exp per query row and head ([B, heads, S]
-// fp32) besides q, k, v (and seq_lens); the backward makes o again from them. The reference
-// sums in fp64, so against an fp64 computation it differs by the rounding of its inputs and
-// output to the model dtype.
+// fp32) and o besides q, k, v (and seq_lens): cuDNN's backward reads o (its rowsum(do o)); the
+// reference's backward makes o again in fp64 instead. The reference sums in fp64, so against an
+// fp64 computation it differs by the rounding of its inputs and output to the model dtype.
 
 struct AttentionConfig {
   int64_t heads, kv_heads, head_dim, v_head_dim;
@@ -206,6 +206,7 @@ InferResult infer_attention(const InferContext& ctx) {
   for (int slot = 0; slot < 3; ++slot) result.saved.push_back(save_input(ctx, slot, names[slot]));
   if (ctx.inputs.size() == 4) result.saved.push_back(save_input(ctx, 3, c.additive_mask ? "mask" : "seq_lens"));
   result.saved.push_back({"softmax_lse", TensorProto::dense(Shape{c.batch_of(q.shape), c.heads, c.seq_of(q.shape)}, DType::fp32), -1});
+  result.saved.push_back({"o", TensorProto::dense(out, q.dtype), -1});
   return result;
 }
 
@@ -299,8 +300,8 @@ double log_sum_exp(const std::vector<double>& scores) {
   return top + std::log(sum);
 }
 
-// in: q, k, v, [seq_lens]. out: o, and (train plans keep it) the log-sum-exp [B, heads, S]
-// (0 for padded rows).
+// in: q, k, v, [seq_lens]. out: o, and what train plans keep: the log-sum-exp [B, heads, S] (0
+// for padded rows) and o's copy.
 std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
   const HostTensor &q = in[0], &k = in[1], &v = in[2];
@@ -328,16 +329,17 @@ std::vector<HostTensor> reference_attention(const Attributes& attrs, const std::
     for (int64_t d = 0; d < c.v_head_dim; ++d) o.values[views.o.at(b, i, h) + static_cast<size_t>(d)] = static_cast<float>(out[static_cast<size_t>(d)]);
     lse.values[static_cast<size_t>(index)] = static_cast<float>(row_lse);
   });
-  return {std::move(o), std::move(lse)};
+  HostTensor saved_o = o;
+  return {std::move(o), std::move(lse), std::move(saved_o)};
 }
 
-// in: q, k, v, [seq_lens], the log-sum-exp, do. With P = exp(scale q k^T - lse): dv = P^T do,
+// in: q, k, v, [seq_lens], the log-sum-exp, o (unused here), do. With P = exp(scale q k^T - lse): dv = P^T do,
 // ds = P (do v^T - rowsum(do o)), dq = scale ds k, dk = scale ds^T q; a kv head's dk and dv sum
 // over the query heads it serves. In fp64; o is made again from P and v.
 std::vector<HostTensor> backward_reference_attention(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const AttentionConfig c(attrs);
-  const bool fourth = in.size() == 6;  // seq_lens or the additive mask
-  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[fourth ? 4 : 3], &dout = in[fourth ? 5 : 4];
+  const bool fourth = in.size() == 7;  // seq_lens or the additive mask
+  const HostTensor &q = in[0], &k = in[1], &v = in[2], &lse = in[fourth ? 4 : 3], &dout = in[fourth ? 6 : 5];
   const HostTensor* seq_lens = fourth && !c.additive_mask ? &in[3] : nullptr;
   const AttentionViews views = views_of(c, q, k, seq_lens, fourth && c.additive_mask ? &in[3] : nullptr);
   const int64_t seq = views.q.seq;

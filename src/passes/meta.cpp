@@ -95,6 +95,11 @@ void run_backward(Graph& g) {
     node.backward = BackwardInfo{std::move(result.reads), std::move(result.grad_reads)};
     for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
       const Value& in = g.value(node.inputs[slot]);
+      // A model input that asks for its gradient (the plan's output d<name>) where the op gives
+      // none (attention's mask) would be an output nothing writes.
+      TEC_USER_CHECK(result.grad_inputs[slot] || !in.proto.requires_grad || in.kind != ValueKind::input, ctx)
+          << "input '" << in.name << "' asks for its gradient, but op '" << node.op << "' gives none for its input " << slot
+          << " (a mask or an index): set \"requires_grad\": false on it";
       if (!result.grad_inputs[slot] || !in.proto.requires_grad) continue;
       auto& acc = grads[static_cast<size_t>(node.inputs[slot])];
       if (acc)  // several readers: their gradients are summed into one buffer

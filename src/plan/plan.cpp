@@ -359,11 +359,23 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       return i;
     };
     const int64_t rows_q = checked_mul(at.batch, at.seq_q), rows_kv = checked_mul(at.batch, at.seq_kv);
-    at.q = operand("q", false, true, checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.head_dim)), elem));
-    at.k = operand("k", false, true, checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.head_dim)), elem));
-    at.v = operand("v", false, true, checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.v_head_dim)), elem));
-    at.o = operand("o", true, true, checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.v_head_dim)), elem));
-    at.stats = operand("stats", true, false, checked_mul(checked_mul(rows_q, at.heads), 4));
+    const int64_t q_bytes = checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.head_dim)), elem);
+    const int64_t k_bytes = checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.head_dim)), elem);
+    const int64_t v_bytes = checked_mul(checked_mul(rows_kv, checked_mul(at.kv_heads, at.v_head_dim)), elem);
+    const int64_t o_bytes = checked_mul(checked_mul(rows_q, checked_mul(at.heads, at.v_head_dim)), elem);
+    // The backward reads the forward's o and stats and d_o, and writes dq, dk and dv.
+    at.backward = a.optional_boolean("backward");
+    at.q = operand("q", false, true, q_bytes);
+    at.k = operand("k", false, true, k_bytes);
+    at.v = operand("v", false, true, v_bytes);
+    at.o = operand("o", !at.backward, true, o_bytes);
+    at.stats = operand("stats", !at.backward, at.backward, checked_mul(checked_mul(rows_q, at.heads), 4));
+    if (at.backward) {
+      at.d_o = operand("d_o", false, true, o_bytes);
+      at.dq = operand("dq", true, true, q_bytes);
+      at.dk = operand("dk", true, true, k_bytes);
+      at.dv = operand("dv", true, true, v_bytes);
+    }
     at.seq_lens = operand("seq_lens", false, false, checked_mul(at.batch, 4));
     if (!a.field("bias").is_null()) {
       const json& dims = a.array("bias_dims");

@@ -133,6 +133,8 @@ struct Attention {
   DType dtype = DType::bf16;
   int q = -1, k = -1, v = -1, o = -1, stats = -1, seq_lens = -1, bias = -1;
   std::array<int64_t, 4> bias_dims{1, 1, 1, 1};
+  bool backward = false;
+  int d_o = -1, dq = -1, dk = -1, dv = -1;  // backward only
 };
 
 struct Launch {

@@ -32,15 +32,15 @@ namespace fe = cudnn_frontend;
 namespace {
 
 // The variant pack's tensor ids.
-enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqLensQ, kSeqLensKv, kBias };
+enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kSeqLensQ, kSeqLensKv, kBias, kDO, kDQ, kDK, kDV };
 
 // What makes two launches the same cuDNN graph.
 using GraphKey = std::tuple<int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, double, int, bool, bool, bool,
-                            std::array<int64_t, 4>>;
+                            std::array<int64_t, 4>, bool>;
 
 GraphKey key_of(int device, const plan::Attention& a) {
   return {device,     a.batch, a.seq_q,  a.seq_kv,          a.heads,        a.kv_heads,     a.head_dim,  a.v_head_dim, a.causal,
-          a.sbhd,     a.scale, static_cast<int>(a.dtype), a.stats >= 0, a.seq_lens >= 0, a.bias >= 0, a.bias_dims};
+          a.sbhd,     a.scale, static_cast<int>(a.dtype), a.stats >= 0, a.seq_lens >= 0, a.bias >= 0, a.bias_dims, a.backward};
 }
 
 void check_fe(fe::error_t status, const char* what, const std::string& step) {
@@ -78,7 +78,29 @@ std::unordered_map<int64_t, void*> variant_pack(const AttentionPointers& p) {
   if (p.stats) pack[kStats] = p.stats;
   if (p.seq_lens) pack[kSeqLensQ] = pack[kSeqLensKv] = p.seq_lens;
   if (p.bias) pack[kBias] = p.bias;
+  if (p.d_o) pack[kDO] = p.d_o, pack[kDQ] = p.dq, pack[kDK] = p.dk, pack[kDV] = p.dv;
   return pack;
+}
+
+// The masks and the causal band, which the forward's and the backward's attributes set alike.
+template <typename Options, typename Tensor>
+void set_masks(Options& options, const plan::Attention& a, fe::graph::Graph& graph, Tensor tensor) {
+  if (a.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
+  if (a.seq_lens >= 0) {
+    auto lengths = [&](const char* name, Uid uid) {
+      return graph.tensor(fe::graph::Tensor_attributes()
+                              .set_name(name)
+                              .set_uid(uid)
+                              .set_dim({a.batch, 1, 1, 1})
+                              .set_stride({1, 1, 1, 1})
+                              .set_data_type(fe::DataType_t::INT32));
+    };
+    options.set_padding_mask(true).set_seq_len_q(lengths("seq_len_q", kSeqLensQ)).set_seq_len_kv(lengths("seq_len_kv", kSeqLensKv));
+  }
+  if (a.bias >= 0) {
+    const auto& d = a.bias_dims;
+    options.set_bias(tensor("bias", kBias, {d[0], d[1], d[2], d[3]}, {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}));
+  }
 }
 
 std::shared_ptr<CachedGraph> build_graph(const plan::Attention& a, cudnnHandle_t handle, const std::string& step) {
@@ -89,34 +111,41 @@ std::shared_ptr<CachedGraph> build_graph(const plan::Attention& a, cudnnHandle_t
   auto tensor = [&](const char* name, Uid uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
     return graph->tensor(fe::graph::Tensor_attributes().set_name(name).set_uid(uid).set_dim(std::move(dims)).set_stride(std::move(strides)));
   };
-  auto q = tensor("q", kQ, {a.batch, a.heads, a.seq_q, a.head_dim}, strides_of(a, a.seq_q, a.heads, a.head_dim));
-  auto k = tensor("k", kK, {a.batch, a.kv_heads, a.seq_kv, a.head_dim}, strides_of(a, a.seq_kv, a.kv_heads, a.head_dim));
-  auto v = tensor("v", kV, {a.batch, a.kv_heads, a.seq_kv, a.v_head_dim}, strides_of(a, a.seq_kv, a.kv_heads, a.v_head_dim));
-  auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(a.stats >= 0).set_attn_scale(static_cast<float>(a.scale));
-  if (a.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
-  if (a.seq_lens >= 0) {
-    auto lengths = [&](const char* name, Uid uid) {
-      return graph->tensor(fe::graph::Tensor_attributes()
-                               .set_name(name)
-                               .set_uid(uid)
-                               .set_dim({a.batch, 1, 1, 1})
-                               .set_stride({1, 1, 1, 1})
-                               .set_data_type(fe::DataType_t::INT32));
-    };
-    options.set_padding_mask(true).set_seq_len_q(lengths("seq_len_q", kSeqLensQ)).set_seq_len_kv(lengths("seq_len_kv", kSeqLensKv));
+  const std::vector<int64_t> q_dims{a.batch, a.heads, a.seq_q, a.head_dim}, k_dims{a.batch, a.kv_heads, a.seq_kv, a.head_dim},
+      v_dims{a.batch, a.kv_heads, a.seq_kv, a.v_head_dim}, o_dims{a.batch, a.heads, a.seq_q, a.v_head_dim};
+  const std::vector<int64_t> q_strides = strides_of(a, a.seq_q, a.heads, a.head_dim), k_strides = strides_of(a, a.seq_kv, a.kv_heads, a.head_dim),
+                             v_strides = strides_of(a, a.seq_kv, a.kv_heads, a.v_head_dim), o_strides = strides_of(a, a.seq_q, a.heads, a.v_head_dim);
+  const std::vector<int64_t> stats_dims{a.batch, a.heads, a.seq_q, 1}, stats_strides{a.heads * a.seq_q, a.seq_q, 1, 1};
+  auto q = tensor("q", kQ, q_dims, q_strides);
+  auto k = tensor("k", kK, k_dims, k_strides);
+  auto v = tensor("v", kV, v_dims, v_strides);
+  if (!a.backward) {
+    auto options = fe::graph::SDPA_attributes().set_name("attention").set_generate_stats(a.stats >= 0).set_attn_scale(static_cast<float>(a.scale));
+    set_masks(options, a, *graph, tensor);
+    auto [o, stats] = graph->sdpa(q, k, v, options);
+    o->set_output(true).set_uid(kO).set_dim(o_dims).set_stride(o_strides);
+    if (a.stats >= 0) stats->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT).set_dim(stats_dims).set_stride(stats_strides);
+  } else {
+    // Deterministic: cuDNN's default backward sums dq over its key blocks with atomics, and
+    // tec's replays promise the same bytes every run.
+    auto options = fe::graph::SDPA_backward_attributes()
+                       .set_name("attention_backward")
+                       .set_attn_scale(static_cast<float>(a.scale))
+                       .set_deterministic_algorithm(true);
+    set_masks(options, a, *graph, tensor);
+    auto o = tensor("o", kO, o_dims, o_strides);
+    auto d_o = tensor("d_o", kDO, o_dims, o_strides);
+    auto stats = graph->tensor(fe::graph::Tensor_attributes()
+                                   .set_name("stats")
+                                   .set_uid(kStats)
+                                   .set_dim(stats_dims)
+                                   .set_stride(stats_strides)
+                                   .set_data_type(fe::DataType_t::FLOAT));
+    auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, o, d_o, stats, options);
+    dq->set_output(true).set_uid(kDQ).set_dim(q_dims).set_stride(q_strides);
+    dk->set_output(true).set_uid(kDK).set_dim(k_dims).set_stride(k_strides);
+    dv->set_output(true).set_uid(kDV).set_dim(v_dims).set_stride(v_strides);
   }
-  if (a.bias >= 0) {
-    const auto& d = a.bias_dims;
-    options.set_bias(tensor("bias", kBias, {d[0], d[1], d[2], d[3]}, {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1}));
-  }
-  auto [o, stats] = graph->sdpa(q, k, v, options);
-  o->set_output(true).set_uid(kO).set_dim({a.batch, a.heads, a.seq_q, a.v_head_dim}).set_stride(strides_of(a, a.seq_q, a.heads, a.v_head_dim));
-  if (a.stats >= 0)
-    stats->set_output(true)
-        .set_uid(kStats)
-        .set_data_type(fe::DataType_t::FLOAT)
-        .set_dim({a.batch, a.heads, a.seq_q, 1})
-        .set_stride({a.heads * a.seq_q, a.seq_q, 1, 1});
   check_fe(graph->validate(), "rejects the attention graph", step);
   check_fe(graph->build_operation_graph(handle), "cannot build the attention graph", step);
   check_fe(graph->create_execution_plans({fe::HeurMode_t::A}), "has no execution plan for the attention", step);
@@ -158,20 +187,52 @@ void autotune(CachedGraph& g, cudnnHandle_t handle, const AttentionPointers& p, 
 }
 
 // The process's graphs; building one takes milliseconds to seconds (cuDNN compiles kernels at
-// run time), so sessions of one shape share it.
-// Graphs outlive the session that first needed them, so they are built with a handle of the
-// cache's own, one per device, kept for the process's life (the plans cuDNN builds refer to it);
-// each session executes with its own.
+// run time), so sessions of one shape share it. Graphs outlive the session that first needed
+// them, so they are built with a handle of the cache's own, one per device (the plans cuDNN
+// builds refer to it); each session executes with its own. The cache lives while any session
+// with attention does: when the last one goes, its graphs and handles go too, so that a process
+// ends with nothing of cuDNN's left allocated (compute-sanitizer's leak check).
+struct ProcessCache {
+  std::mutex mutex;
+  std::map<GraphKey, std::shared_ptr<CachedGraph>> graphs;
+  std::map<int, cudnnHandle_t> build_handles;
+  int sessions = 0;
+};
+
+ProcessCache& process_cache() {
+  static ProcessCache cache;
+  return cache;
+}
+
+void cache_user_arrives() {
+  ProcessCache& c = process_cache();
+  std::lock_guard lock(c.mutex);
+  ++c.sessions;
+}
+
+void cache_user_leaves() {
+  ProcessCache& c = process_cache();
+  std::lock_guard lock(c.mutex);
+  if (--c.sessions > 0) return;
+  c.graphs.clear();
+  for (auto& [device, handle] : c.build_handles) {
+    int current = 0;
+    cudaGetDevice(&current);
+    cudaSetDevice(device);
+    fe::detail::destroy_handle(handle);
+    cudaSetDevice(current);
+  }
+  c.build_handles.clear();
+}
+
 std::shared_ptr<CachedGraph> graph_for(const plan::Attention& a, int device, const AttentionPointers& p, const std::string& step) {
-  static std::mutex mutex;
-  static std::map<GraphKey, std::shared_ptr<CachedGraph>> cache;
-  static std::map<int, cudnnHandle_t> build_handles;
-  std::lock_guard lock(mutex);
-  auto& entry = cache[key_of(device, a)];
+  ProcessCache& c = process_cache();
+  std::lock_guard lock(c.mutex);
+  auto& entry = c.graphs[key_of(device, a)];
   if (!entry) {
-    cudnnHandle_t& handle = build_handles[device];
+    cudnnHandle_t& handle = c.build_handles[device];
     if (!handle && fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS) {
-      handle = nullptr;
+      c.build_handles.erase(device);
       throw Error(ErrorKind::device, ctx(step), "cudnnCreate failed (out of device memory?)");
     }
     auto built = build_graph(a, handle, step);
@@ -188,8 +249,11 @@ struct AttentionRunner::Impl {
   std::map<size_t, std::shared_ptr<CachedGraph>> graphs;  // by launch
   std::map<size_t, std::string> where;
   size_t workspace_bytes = 0;
+  bool uses_cache = false;
   ~Impl() {
+    graphs.clear();
     if (handle) fe::detail::destroy_handle(handle);
+    if (uses_cache) cache_user_leaves();
   }
 };
 
@@ -201,6 +265,8 @@ AttentionRunner::AttentionRunner(const plan::Profile& profile, const std::vector
   load_cudnn_for(first_step);
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess) throw Error(ErrorKind::device, ctx(first_step), "cudaGetDevice failed");
+  cache_user_arrives();
+  impl_->uses_cache = true;
   try {
     if (fe::detail::create_handle(&impl_->handle) != CUDNN_STATUS_SUCCESS)
       throw Error(ErrorKind::device, ctx(first_step), "cudnnCreate failed (out of device memory?)");

@@ -19,6 +19,7 @@ namespace tec::runtime {
 // Where one attention launch reads and writes (null for an absent optional buffer).
 struct AttentionPointers {
   void *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr, *stats = nullptr, *seq_lens = nullptr, *bias = nullptr;
+  void *d_o = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;  // a backward launch's
 };
 
 // One session's attention launches: their cuDNN graphs (built, or found in the process's

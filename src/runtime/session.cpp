@@ -373,7 +373,7 @@ struct Session::Impl {
 AttentionPointers Session::attention_pointers(size_t launch) const {
   const plan::Attention& a = profile_.launches.at(launch).attention;
   auto at = [&](int buffer) { return buffer < 0 ? nullptr : address(buffer); };
-  return {at(a.q), at(a.k), at(a.v), at(a.o), at(a.stats), at(a.seq_lens), at(a.bias)};
+  return {at(a.q), at(a.k), at(a.v), at(a.o), at(a.stats), at(a.seq_lens), at(a.bias), at(a.d_o), at(a.dq), at(a.dk), at(a.dv)};
 }
 
 void* Session::address(int buffer) const {

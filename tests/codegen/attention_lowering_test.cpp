@@ -115,14 +115,53 @@ TEST_CASE("a Llama layer lowers to GPU code: the rope row kernels and one cuDNN 
   CHECK(said);
 }
 
-TEST_CASE("attention the GPU cannot run says why in the plan: head dims cuDNN does not take, the backward") {
+TEST_CASE("attention the GPU cannot run says why in the plan: head dims cuDNN does not take") {
   const CompileResult odd = compiled(attention_graph(12), RecipeKind::bf16);
   CHECK_FALSE(odd.profiles.at(0).gpu.supported);
   CHECK(odd.profiles.at(0).gpu.reason.find("head dims 12 and 12; cuDNN's SDPA needs multiples of 8") != std::string::npos);
   CHECK(compiled(attention_graph(64), RecipeKind::bf16).profiles.at(0).gpu.supported);
-  const CompileResult train = compiled(llama_small(), RecipeKind::bf16, "train");
-  CHECK_FALSE(train.profiles.at(0).gpu.supported);
-  CHECK(train.profiles.at(0).gpu.reason.find("the backward of op 'attention'") != std::string::npos);
+}
+
+TEST_CASE("a train plan's attention: the forward saves o and the log-sum-exp, cuDNN's backward reads them and writes dq, dk, dv") {
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current}) {
+    CAPTURE(recipe);
+    const CompileResult train = compiled(llama_small(), recipe, "train");
+    REQUIRE_MESSAGE(train.profiles.at(0).gpu.supported, train.profiles.at(0).gpu.reason);
+    const plan::Plan p = plan::Plan::load(plan::serialize_plan(train.plan->manifest, train.plan->blobs), "train.teplan");
+    const plan::Profile& profile = p.profiles.at(0);
+    std::vector<plan::Attention> launches;
+    for (const plan::Launch& l : profile.launches)
+      if (l.kind == "attention") launches.push_back(l.attention);
+    REQUIRE(launches.size() == 2);
+    const plan::Attention &forward = launches[0], &backward = launches[1];
+    auto tensor = [&](int buffer) { return buffer < 0 ? std::string("(none)") : profile.buffers.at(static_cast<size_t>(buffer)).tensor; };
+    CHECK_FALSE(forward.backward);
+    CHECK(backward.backward);
+    CHECK(tensor(forward.o) == "attn.o");  // the saved copy; a row kernel makes the output from it
+    CHECK(tensor(forward.stats) == "attn.softmax_lse");
+    CHECK(backward.o == forward.o);
+    CHECK(backward.stats == forward.stats);
+    CHECK(backward.q == forward.q);
+    CHECK(backward.k == forward.k);
+    CHECK(backward.v == forward.v);
+    CHECK(backward.heads == forward.heads);
+    CHECK(backward.kv_heads == forward.kv_heads);
+    CHECK(backward.causal == forward.causal);
+    CHECK(backward.scale == forward.scale);
+    for (int buffer : {backward.d_o, backward.dq, backward.dk, backward.dv}) CHECK(buffer >= 0);
+  }
+}
+
+TEST_CASE("a train plan refuses a mask input that asks for its gradient: attention gives none") {
+  const auto path = std::filesystem::temp_directory_path() / "tec_attention_mask_grad.json";
+  std::ofstream(path) << R"({"name": "mask_grad", "dtype": "bf16", "dims": {"B": 2, "T": [128], "W": 256},
+      "inputs": [{"name": "q", "shape": ["B", "T", "W"]}, {"name": "k", "shape": ["B", "T", "W"]}, {"name": "v", "shape": ["B", "T", "W"]},
+                 {"name": "mask", "shape": ["T", "T"]}],
+      "ops": [{"name": "o", "op": "attention", "inputs": ["q", "k", "v", "mask"], "attrs": {"heads": 4, "head_dim": 64, "mask": "additive"}}],
+      "outputs": ["o"]})";
+  const Error e = test::error_of([&] { (void)compiled(path.string(), RecipeKind::bf16, "train"); });
+  CHECK(e.kind() == ErrorKind::invalid_input);
+  CHECK(e.message().find("input 'mask' asks for its gradient, but op 'attention' gives none for its input 3") != std::string::npos);
 }
 
 TEST_CASE("hostile attention launches are rejected at load: sizes past their buffers, heads that do not divide, bad masks") {
@@ -157,6 +196,19 @@ TEST_CASE("hostile attention launches are rejected at load: sizes past their buf
           a["bias_dims"] = {1, 1, 128, 128};
           a["seq_lens"] = a["v"];
         }).find("not both") != std::string::npos);
+  // A backward launch needs the forward's o and stats, d_o, and room for each gradient.
+  CHECK(error_of([](auto& a) {
+          a["backward"] = true;
+          a["d_o"] = a["o"], a["dq"] = a["q"], a["dk"] = a["k"], a["dv"] = a["v"];
+        }).find("attention needs buffer 'stats'") != std::string::npos);
+  CHECK(error_of([](auto& a) {
+          a["backward"] = true;
+          a["stats"] = a["o"], a["d_o"] = a["o"], a["dq"] = a["q"], a["dk"] = a["k"];
+        }).find("missing field 'dv'") != std::string::npos);
+  CHECK(error_of([](auto& a) {
+          a["backward"] = true;
+          a["stats"] = a["o"], a["d_o"] = a["o"], a["dq"] = a["k"], a["dk"] = a["k"], a["dv"] = a["v"];
+        }).find("attention's dq needs") != std::string::npos);
 }
 
 }  // namespace tec

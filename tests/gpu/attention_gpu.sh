@@ -7,6 +7,12 @@
 #   - rope alone (half and interleaved pairs, a partial rotary_dim, sbhd): bit for bit.
 #   - examples/llama_layer_small.json, a whole pre-norm layer, under every recipe: te-run
 #     --verify-cpu, each step from the GPU's arena before it (kernels bit for bit).
+#   - Training (te-compile --mode train): the forward saves o and the log-sum-exp, cuDNN's SDPA
+#     backward makes dq, dk and dv. Attention alone (GQA, causal, sbhd, cross, both masks) and
+#     llama_layer_small under the recipes that train on the GPU: te-run --verify-cpu over two
+#     training steps (the backward's gradients within the bound of the reference's fp64 sums,
+#     kernels bit for bit), and two processes' gradients bit-identical (the backward is cuDNN's
+#     deterministic one).
 #   - Errors: a head dim cuDNN does not take, cuDNN missing (exit 7, naming the library).
 #   bash tests/gpu/attention_gpu.sh TE_COMPILE TE_RUN OUT_DIR
 # Exits 77 (skipped) without a CUDA device. cuDNN: libcudnn.so.9 on the loader's path, or
@@ -26,7 +32,9 @@ attention_graph() {
   if [ "$layout" = sbhd ]; then q_shape='["S", "B", "QW"]' k_shape='["SK", "B", "KW"]' v_shape='["SK", "B", "VW"]'; fi
   local fourth="" inputs='"q", "k", "v"' mask_attr=""
   if [ "$mask" = padding ]; then fourth=', {"name": "seq_lens", "shape": ["B"], "dtype": "int32"}' inputs="$inputs, \"seq_lens\""; fi
-  if [ "$mask" = additive ]; then fourth=', {"name": "mask", "shape": ["S", "SK"]}' inputs="$inputs, \"mask\"" mask_attr=', "mask": "additive"'; fi
+  if [ "$mask" = additive ]; then
+    fourth=', {"name": "mask", "shape": ["S", "SK"], "requires_grad": false}' inputs="$inputs, \"mask\"" mask_attr=', "mask": "additive"'
+  fi
   cat > "$out/$name.json" <<EOF
 {"name": "$name", "dtype": "bf16", "recipe": "bf16",
  "dims": {"B": $b, "S": $s, "SK": $skv, "QW": $((h * d)), "KW": $((kvh * d)), "VW": $((kvh * dv))},
@@ -94,7 +102,7 @@ EOF
   fi
 done
 
-# A whole layer under every recipe (forward; attention's backward has no GPU code yet).
+# A whole layer under every recipe (forward).
 for recipe in bf16 fp8-current fp8-delayed fp8-block mxfp8 nvfp4; do
   name="llama_layer_small.$recipe"
   "$compile" "$here/../../examples/llama_layer_small.json" --recipe $recipe -q -o "$out/$name.teplan" > "$out/$name.compile.log" 2>&1 \
@@ -105,6 +113,43 @@ for recipe in bf16 fp8-current fp8-delayed fp8-block mxfp8 nvfp4; do
     grep -E "FAIL|MISMATCH|error" "$out/$name.log" | head -8
     fail "$name: te-run --verify-cpu"
   fi
+done
+
+# Training: te-run --verify-cpu over two steps, then the same gradients from two processes.
+train_check() {  # NAME MODEL [te-compile options...] -- [te-run options...]
+  local name=$1 model=$2; shift 2
+  local compile_args=() run_args=()
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do compile_args+=("$1"); shift; done
+  [ $# -gt 0 ] && shift
+  run_args=("$@")
+  "$compile" "$model" --mode train "${compile_args[@]}" -q -o "$out/$name.teplan" > "$out/$name.compile.log" 2>&1 \
+    || { cat "$out/$name.compile.log"; fail "$name: te-compile --mode train"; return; }
+  "$run" "$out/$name.teplan" --inspect > "$out/$name.inspect.log" 2>&1
+  if ! grep -q "SDPA backward" "$out/$name.inspect.log"; then fail "$name: no cuDNN backward launch in the plan"; return; fi
+  if ! "$run" "$out/$name.teplan" --verify-cpu --verify-steps 2 --iterations 5 --warmup 1 "${run_args[@]}" > "$out/$name.log" 2>&1; then
+    grep -E "FAIL|MISMATCH|error" "$out/$name.log" | head -8
+    fail "$name: te-run --verify-cpu (train)"
+    return
+  fi
+  local backward
+  backward=$(grep backward "$out/$name.log" | grep 'within bound' | sed 's/.*rel \([0-9.e+-]*\).*/\1/' | sort -g | tail -1)
+  for k in 1 2; do
+    rm -rf "$out/$name.outputs$k"
+    "$run" "$out/$name.teplan" --iterations 1 --warmup 0 --save-outputs "$out/$name.outputs$k" "${run_args[@]}" > "$out/$name.save$k.log" 2>&1 \
+      || { cat "$out/$name.save$k.log"; fail "$name: te-run --save-outputs"; return; }
+  done
+  if diff -r -q "$out/$name.outputs1" "$out/$name.outputs2" > /dev/null; then
+    echo "PASS $name (train): $(grep -c 'bit-identical' "$out/$name.log") step outputs bit-identical, $(grep -c 'within bound' "$out/$name.log") within bound (worst backward rel ${backward:-?}); gradients of two processes bit-identical"
+  else
+    fail "$name: two processes' gradients differ"
+  fi
+}
+for name in mha_d64_causal gqa_d128_causal gqa_d128_causal_sbhd cross_d64 additive_mask; do
+  train_check "$name.train" "$out/$name.json"
+done
+train_check padding_causal.train "$out/padding_causal.json" -- --input seq_lens="$out/seq_lens.npy"
+for recipe in bf16 fp8-current fp8-delayed fp8-block; do
+  train_check "llama_layer_small.$recipe.train" "$here/../../examples/llama_layer_small.json" --recipe $recipe --shape T=128
 done
 
 # Errors.

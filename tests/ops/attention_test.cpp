@@ -116,12 +116,13 @@ TEST_CASE("rope refuses inputs and attributes it cannot apply, naming the node a
   }
 }
 
-TEST_CASE("attention: causal row 0 sees only key 0, so it returns v's row 0; its log-sum-exp is that one score") {
+TEST_CASE("attention: causal row 0 sees only key 0, so it returns v's row 0; its log-sum-exp is that one score; o is saved as made") {
   const int64_t heads = 2, seq = 5;
   const HostTensor q = random_tensor(Shape{1, seq, heads * 4}, 1), k = random_tensor(Shape{1, seq, heads * 4}, 2), v = random_tensor(Shape{1, seq, heads * 4}, 3);
   const std::vector<HostTensor> out = attention(attention_attributes(heads, heads, true), q, k, v);
-  REQUIRE(out.size() == 2);
+  REQUIRE(out.size() == 3);
   CHECK(out[1].shape == Shape({1, heads, seq}));
+  CHECK(out[2].values == out[0].values);
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t d = 0; d < 4; ++d) CHECK(out[0].values[static_cast<size_t>(h * 4 + d)] == v.values[static_cast<size_t>(h * 4 + d)]);
     double score = 0.0;
@@ -260,8 +261,8 @@ TEST_CASE("an additive mask is added to the scaled scores: a causal mask of 0 an
   CHECK(shifted[1].values[row - 1] == plain[1].values[row - 1]);
   // The backward: the same gradients as causal attention's, and none for the mask.
   const HostTensor dout = random_tensor(Shape{2, seq, heads * 4}, 10);
-  const auto grads = def.backward_reference(masked, {q, k, v, causal_mask, want[1], dout});
-  const auto causal_grads = def.backward_reference(attention_attributes(heads, heads, true), {q, k, v, want[1], dout});
+  const auto grads = def.backward_reference(masked, {q, k, v, causal_mask, want[1], want[0], dout});
+  const auto causal_grads = def.backward_reference(attention_attributes(heads, heads, true), {q, k, v, want[1], want[0], dout});
   REQUIRE(grads.size() == 4);
   for (int i = 0; i < 3; ++i) CHECK(grads[static_cast<size_t>(i)].values == causal_grads[static_cast<size_t>(i)].values);
   CHECK(grads[3].values.empty());

@@ -54,9 +54,9 @@ const std::vector<OpCase>& op_cases() {
       {"rope", {"[2, 8, 64]"}, R"({"heads": 4, "head_dim": 16})", {2, 8, 64}, {}},
       // attention saves q, k, v and the softmax's log-sum-exp per row and head, as flash attention.
       {"attention", {"[2, 8, 64]", "[2, 8, 32]", "[2, 8, 32]"}, R"({"heads": 4, "kv_heads": 2, "head_dim": 16, "causal": true})", {2, 8, 64},
-       {{"q", 0}, {"k", 1}, {"v", 2}, {"softmax_lse", -1}}},
+       {{"q", 0}, {"k", 1}, {"v", 2}, {"softmax_lse", -1}, {"o", -1}}},
       {"attention", {"[2, 8, 64]", "[2, 8, 64]", "[2, 8, 64]", "[2] int32"}, R"({"heads": 4, "head_dim": 16})", {2, 8, 64},
-       {{"q", 0}, {"k", 1}, {"v", 2}, {"seq_lens", 3}, {"softmax_lse", -1}}},
+       {{"q", 0}, {"k", 1}, {"v", 2}, {"seq_lens", 3}, {"softmax_lse", -1}, {"o", -1}}},
   };
   return cases;
 }
