@@ -343,9 +343,17 @@ __device__ __forceinline__ void tec_for_row(const TecArgs& args, const TecRow& r
 // (swiglu's FP8 cast pass over 8192 x 28672 took ~500 us on the H100, three times its bytes'
 // time). Each element's value is the scalar path's; only the memory operations are wider.
 // It needs rows whose length and chunk are multiples of 8 and 16-byte aligned operands, which
-// the arena's 256-byte alignment gives; tec_vector_aligned checks before using it.
+// the arena's 256-byte alignment gives; tec_vector_aligned checks before using it. rope takes it
+// where a group of 8 stays within one head and one half of its rotary channels (and loads its
+// partners as a group too); the staged norms take it for their stores.
+#if TEC_PRODUCER == 21
+#define TEC_ROPE_VECTOR (TEC_ROPE_HEAD_DIM % 8 == 0 && TEC_ROPE_ROTARY % (TEC_ROPE_INTERLEAVED ? 8 : 16) == 0)
+#else
+#define TEC_ROPE_VECTOR 0
+#endif
 #if (TEC_PRODUCER == 1 || TEC_PRODUCER == 4 || TEC_PRODUCER == 5 || TEC_PRODUCER == 6 || TEC_PRODUCER == 7 || \
-     TEC_PRODUCER == 8) && TEC_N % 8 == 0 && TEC_CHUNK % 8 == 0 && !TEC_OUT_MID_M_TILES
+     TEC_PRODUCER == 8 || TEC_ROPE_VECTOR || ((TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14) && TEC_STAGED)) && \
+    TEC_N % 8 == 0 && TEC_CHUNK % 8 == 0 && !TEC_OUT_MID_M_TILES
 #define TEC_VECTOR 1
 #else
 #define TEC_VECTOR 0
@@ -372,18 +380,54 @@ __device__ __forceinline__ void tec_load8(const void* base, i64 index, float (&x
 // Elements [i, i + 8) of row r, as tec_produce computes each.
 __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& row, i64 i, float (&v)[8]) {
   const void* in0 = (const void*)args.slot[0];
+#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] = tec_produce(args, row, i + k);  // from the staged row
+#elif TEC_PRODUCER == 21
+  // As tec_produce's rope, element by element: the same tec_rope_rotate call for each pair.
+  float x[8];
+  tec_load8<TEC_IN_DTYPE>(in0, row.r * TEC_N + i, x);
+  const i64 c = i % TEC_ROPE_HEAD_DIM;
+  if (c >= TEC_ROPE_ROTARY) {  // channels past rotary_dim pass through
+#pragma unroll
+    for (int k = 0; k < 8; ++k) v[k] = x[k];
+    return;
+  }
+  float y1, y2;
+#if TEC_ROPE_INTERLEAVED
+#pragma unroll
+  for (int k = 0; k < 8; k += 2) {
+    const i64 pair = (c + k) / 2;
+    const float cosine = row.staged[2 * pair], sine = TEC_ROPE_INVERSE ? -row.staged[2 * pair + 1] : row.staged[2 * pair + 1];
+    tec_rope_rotate(x[k], x[k + 1], cosine, sine, &y1, &y2);
+    v[k] = y1;
+    v[k + 1] = y2;
+  }
+#else
+  const bool first = c < TEC_ROPE_ROTARY / 2;
+  float other[8];
+  tec_load8<TEC_IN_DTYPE>(in0, row.r * TEC_N + (first ? i + TEC_ROPE_ROTARY / 2 : i - TEC_ROPE_ROTARY / 2), other);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const i64 pair = (first ? c : c - TEC_ROPE_ROTARY / 2) + k;
+    const float cosine = row.staged[2 * pair], sine = TEC_ROPE_INVERSE ? -row.staged[2 * pair + 1] : row.staged[2 * pair + 1];
+    if (first) tec_rope_rotate(x[k], other[k], cosine, sine, &y1, &y2);
+    else tec_rope_rotate(other[k], x[k], cosine, sine, &y1, &y2);
+    v[k] = first ? y1 : y2;
+  }
+#endif
+#else
+  float x[8], y[8] = {};
 #if TEC_PRODUCER == 5
-  float x[8], y[8];
   tec_load8<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + i, x);
   tec_load8<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + TEC_N + i, y);
 #else
-  float x[8], y[8] = {};
   tec_load8<TEC_IN_DTYPE>(in0, row.r * TEC_N + i, x);
+#endif
 #if TEC_PRODUCER == 6
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[1], row.r * TEC_N + i, y);
 #elif TEC_PRODUCER == 7
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[1], i, y);
-#endif
 #endif
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
@@ -393,6 +437,7 @@ __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& 
     v[k] = tec_elementwise(x[k], y[k]);
 #endif
   }
+#endif
 }
 
 __device__ __forceinline__ bool tec_vector_aligned(const TecArgs& args) {
