@@ -164,7 +164,7 @@ TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code u
         CHECK(ops.count("layernorm") == 1);
         CHECK(ops.count("linear") == 1);
         CHECK(ops.count("gelu") == 1);
-      } else if (family == "hf_llama_layer") {  // a whole decoder layer: the rotary tables and the mask folded
+      } else if (family == "hf_llama_layer" || family == "hf_llama_gqa_layer") {  // a whole decoder layer: the rotary tables and the mask folded
         CHECK(ops.count("rmsnorm") == 2);
         CHECK(ops.count("linear") == 6);  // q, k, v, o, gate and up as one, down
         CHECK(ops.count("rope") == 2);
@@ -174,6 +174,10 @@ TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code u
         for (const Node& n : r.profiles.at(0).graph.nodes) {
           if (n.op == "rope") CHECK(n.attrs.get_float("theta", 0) == 10000.0);
           if (n.op == "attention") CHECK(n.attrs.get_bool("causal", false));
+          if (n.op == "attention" && family == "hf_llama_gqa_layer") {  // repeat_kv's Expand: 2 kv heads for 4 query heads
+            CHECK(n.attrs.get_int("heads", 0) == 4);
+            CHECK(n.attrs.get_int("kv_heads", 0) == 2);
+          }
         }
       } else {  // llama_mlp_hf, llama_mlp_swap: gate and up as one linear, then swiglu
         CHECK(ops.count("rmsnorm") == 1);
@@ -347,7 +351,18 @@ namespace {
 // constant causal mask (0 and -inf), "ramp" for a constant mask that is not causal.
 // `flat`: q, k, v come as [2, 8, 64] and are split into 4 heads by Reshape + Transpose, and y
 // is merged back to [2, 8, 64], as exporters write attention inside a layer.
-std::string spelled_attention(const std::string& mask, const std::string& file, bool flat = false) {
+// An int64 constant.
+void ints(ModelBuilder& b, const std::string& name, const std::vector<int64_t>& values) {
+  auto* t = b.g->add_initializer();
+  t->set_name(name);
+  t->set_data_type(::onnx::TensorProto::INT64);
+  t->add_dims(static_cast<int64_t>(values.size()));
+  for (int64_t v : values) t->add_int64_data(v);
+}
+
+// gqa: k and v [2, 2, 8, 16] through Hugging Face's repeat_kv (Unsqueeze, Expand, Reshape) to
+// the 4 query heads.
+std::string spelled_attention(const std::string& mask, const std::string& file, bool flat = false, bool gqa = false) {
   ModelBuilder b(18);
   auto perm_attr = [](::onnx::NodeProto* n, std::vector<int64_t> perm) {
     auto* a = n->add_attribute();
@@ -370,6 +385,18 @@ std::string spelled_attention(const std::string& mask, const std::string& file, 
       perm_attr(b.node("Transpose", {in + "_split"}, in, in + "_heads"), {0, 2, 1, 3});
     }
     b.output("y", {2, 8, 64});
+  } else if (gqa) {
+    b.input("q", {2, 4, 8, 16});
+    ints(b, "unsqueeze_axes", {2});
+    ints(b, "expand_shape", {2, 2, 2, 8, 16});
+    ints(b, "repeated_shape", {2, 4, 8, 16});
+    for (const std::string in : {"k", "v"}) {
+      b.input(in + "_kv", {2, 2, 8, 16});
+      b.node("Unsqueeze", {in + "_kv", "unsqueeze_axes"}, in + "_5d", in + "_unsqueeze");
+      b.node("Expand", {in + "_5d", "expand_shape"}, in + "_expanded", in + "_expand");
+      b.node("Reshape", {in + "_expanded", "repeated_shape"}, in, in + "_repeat");
+    }
+    b.output("y", {2, 4, 8, 16});
   } else {
     for (const char* in : {"q", "k", "v"}) b.input(in, {2, 4, 8, 16});
     b.output("y", {2, 4, 8, 16});
@@ -477,6 +504,22 @@ TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes
   CHECK(g.nodes[0].attrs.get_bool("causal", false));
   CHECK(g.nodes[0].attrs.get_int("heads", 0) == 4);
   CHECK(test::value_named(g, "y").proto.shape == Shape({2, 8, 64}));
+  // Hugging Face's repeat_kv of the keys and values (GQA: 2 kv heads for 4 query heads) goes
+  // into the attention's kv_heads.
+  const CompileResult gqa = compile_model(spelled_attention("causal", "sdpa_gqa.onnx", false, true), RecipeKind::bf16, "meta");
+  int gqa_attention = 0;
+  for (const Node& n : gqa.profiles.at(0).graph.nodes) {
+    CHECK(n.op != "expand");
+    if (n.op != "attention") continue;
+    ++gqa_attention;
+    CHECK(n.attrs.get_int("heads", 0) == 4);
+    CHECK(n.attrs.get_int("kv_heads", 0) == 2);
+    CHECK(n.attrs.get_bool("causal", false));
+  }
+  CHECK(gqa_attention == 1);
+  CHECK(std::any_of(gqa.onnx_nodes.begin(), gqa.onnx_nodes.end(), [](const auto& n) {
+    return n.node == "k_expand" && n.became.find("repeat_kv's Expand of the keys and values: GQA") != std::string::npos;
+  }));
   // A Softmax on its own is named.
   ModelBuilder lone(18);
   lone.input("x", {4, 8});

@@ -6,8 +6,9 @@ The layer is modeling_llama's eager path written out in PyTorch (transformers is
 machine): LlamaRMSNorm (in fp32, then the weight), q/k/v/o projections without bias, the rotary
 embedding computed in forward from position ids 0..S-1 (the exporter folds the tables into
 constants), apply_rotary_pos_emb with rotate_half, eager attention (matmul, x scaling, + the
-causal mask, softmax in fp32, matmul), and the SwiGLU MLP. kv_heads == heads: Hugging Face's
-repeat_kv (GQA through Expand/Reshape) is not mapped by tec's ONNX frontend yet (README).
+causal mask, softmax in fp32, matmul), and the SwiGLU MLP. Two layers: hf_llama (2 heads of 64,
+MHA) and hf_llama_gqa (4 query heads and 2 kv heads of 32, whose keys and values go through
+Hugging Face's repeat_kv: Unsqueeze, Expand, Reshape).
 
 tec compiles the bf16 export (attention then runs in cuDNN's SDPA); onnxruntime runs the fp32
 export of the same weights, and the bound is the recipe's (0.02 bf16, 0.08 FP8), as for the other
@@ -22,11 +23,12 @@ from pathlib import Path
 
 import numpy as np
 
-HIDDEN, HEADS, HEAD_DIM, FFN, SEQ, BATCH, THETA = 128, 2, 64, 256, 32, 2, 10000.0
+HIDDEN, FFN, SEQ, BATCH, THETA = 128, 256, 32, 2, 10000.0
+LAYERS = {"hf_llama": (2, 2, 64), "hf_llama_gqa": (4, 2, 32)}  # heads, kv heads, head dim
 BOUND = {"bf16": 0.02}
 
 
-def export(out):
+def export(out, prefix, HEADS, KV_HEADS, HEAD_DIM):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -36,6 +38,13 @@ def export(out):
         x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
         return torch.cat((-x2, x1), dim=-1)
 
+    def repeat_kv(hidden_states, n_rep):  # modeling_llama's, verbatim
+        batch, num_key_value_heads, slen, head_dim = hidden_states.shape
+        if n_rep == 1:
+            return hidden_states
+        hidden_states = hidden_states[:, :, None, :, :].expand(batch, num_key_value_heads, n_rep, slen, head_dim)
+        return hidden_states.reshape(batch, num_key_value_heads * n_rep, slen, head_dim)
+
     class DecoderLayer(nn.Module):
         def __init__(self):
             super().__init__()
@@ -44,8 +53,8 @@ def export(out):
                 self.input_layernorm.weight += 0.1 * torch.randn(HIDDEN)
                 self.post_attention_layernorm.weight += 0.1 * torch.randn(HIDDEN)
             self.q_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
-            self.k_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
-            self.v_proj = nn.Linear(HIDDEN, HEADS * HEAD_DIM, bias=False)
+            self.k_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
+            self.v_proj = nn.Linear(HIDDEN, KV_HEADS * HEAD_DIM, bias=False)
             self.o_proj = nn.Linear(HEADS * HEAD_DIM, HIDDEN, bias=False)
             self.gate_proj = nn.Linear(HIDDEN, FFN, bias=False)
             self.up_proj = nn.Linear(HIDDEN, FFN, bias=False)
@@ -67,6 +76,7 @@ def export(out):
             v = self.v_proj(h).view(b, s, -1, HEAD_DIM).transpose(1, 2)
             q = q * cos + rotate_half(q) * sin
             k = k * cos + rotate_half(k) * sin
+            k, v = repeat_kv(k, HEADS // KV_HEADS), repeat_kv(v, HEADS // KV_HEADS)
             mask = torch.full((s, s), float("-inf"), device=x.device, dtype=x.dtype).triu(1)
             scores = torch.matmul(q, k.transpose(2, 3)) * self.scaling + mask
             probs = F.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
@@ -79,13 +89,13 @@ def export(out):
     torch.manual_seed(0)
     layer = DecoderLayer().eval()
     x = torch.randn(BATCH, SEQ, HIDDEN)
-    np.save(out / "x.npy", x.numpy())
+    np.save(out / f"{prefix}.x.npy", x.numpy())
     for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
         # As from_pretrained(torch_dtype=...) leaves it: the parameters in the model dtype, the
         # rotary frequencies (a buffer made with .float()) in fp32.
         model = copy.deepcopy(layer).to(dtype)
         model.register_buffer("inv_freq", layer.inv_freq.float().clone(), persistent=False)
-        path = out / f"hf_llama_{name}.onnx"
+        path = out / f"{prefix}_{name}.onnx"
         torch.onnx.export(model, (x.to(dtype),), str(path), input_names=["x"], output_names=["y"], opset_version=18, dynamo=False)
         print(f"exported {path.name} ({path.stat().st_size} bytes, torch {torch.__version__})", flush=True)
 
@@ -104,39 +114,45 @@ def main():
         except ImportError:
             print("SKIPPED: no torch to export with")
             return 77
-        export(a.out)
+        for prefix, shape in LAYERS.items():
+            export(a.out, prefix, *shape)
     import onnxruntime as ort
-    x = np.load(a.out / "x.npy")
-    want = ort.InferenceSession(str(a.out / "hf_llama_fp32.onnx")).run(None, {"x": x})[0]
     failed = False
-    for recipe in a.recipes.split(","):
-        plan = a.out / f"hf_llama.{recipe}.teplan"
-        compiled = subprocess.run([a.bin / "te-compile", a.out / "hf_llama_bf16.onnx", "--recipe", recipe, "-o", plan, "--report", a.out / f"hf_llama.{recipe}.report.json"],
-                                  capture_output=True, text=True)
-        (a.out / f"hf_llama.{recipe}.compile.log").write_text(compiled.stdout + compiled.stderr)
-        if compiled.returncode != 0:
-            print(compiled.stdout[-3000:], compiled.stderr[-3000:])
-            print(f"FAIL {recipe}: te-compile exit {compiled.returncode}")
-            failed = True
-            continue
-        ran = subprocess.run([a.bin / "te-run", plan, "--input", f"x={a.out / 'x.npy'}", "--save-outputs", a.out / recipe, "--iterations", "10",
-                              "--warmup", "2"], capture_output=True, text=True)
-        (a.out / f"hf_llama.{recipe}.run.log").write_text(ran.stdout + ran.stderr)
-        if "no CUDA device" in ran.stdout + ran.stderr:
-            print("SKIPPED: no CUDA device")
-            return 77
-        if ran.returncode != 0:
-            print(ran.stdout[-2000:], ran.stderr[-2000:])
-            print(f"FAIL {recipe}: te-run exit {ran.returncode}")
-            failed = True
-            continue
-        got = np.load(a.out / recipe / "y.npy").astype(np.float64)
-        rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
-        bound = BOUND.get(recipe, 0.08)
-        ok = np.isfinite(rel) and rel <= bound
-        failed |= not ok
-        gpu_line = next((line for line in ran.stdout.splitlines() if line.startswith("te-run: GPU")), "")
-        print(f"{'PASS' if ok else 'FAIL'} {recipe}: ||tec_gpu - ort_fp32|| / ||ort_fp32|| = {rel:.3e} (bound {bound}); {gpu_line}")
+    for prefix in LAYERS:
+        x_path = a.out / f"{prefix}.x.npy"
+        want = ort.InferenceSession(str(a.out / f"{prefix}_fp32.onnx")).run(None, {"x": np.load(x_path)})[0]
+        for recipe in a.recipes.split(","):
+            name = f"{prefix}.{recipe}"
+            plan = a.out / f"{name}.teplan"
+            compiled = subprocess.run([a.bin / "te-compile", a.out / f"{prefix}_bf16.onnx", "--recipe", recipe, "-o", plan, "--report",
+                                       a.out / f"{name}.report.json"], capture_output=True, text=True)
+            (a.out / f"{name}.compile.log").write_text(compiled.stdout + compiled.stderr)
+            if compiled.returncode != 0:
+                print(compiled.stdout[-3000:], compiled.stderr[-3000:])
+                print(f"FAIL {name}: te-compile exit {compiled.returncode}")
+                failed = True
+                continue
+            ran = subprocess.run([a.bin / "te-run", plan, "--input", f"x={x_path}", "--save-outputs", a.out / name, "--iterations", "10",
+                                  "--warmup", "2"], capture_output=True, text=True)
+            (a.out / f"{name}.run.log").write_text(ran.stdout + ran.stderr)
+            if "no CUDA device" in ran.stdout + ran.stderr:
+                print("SKIPPED: no CUDA device")
+                return 77
+            if ran.returncode != 0:
+                print(ran.stdout[-2000:], ran.stderr[-2000:])
+                print(f"FAIL {name}: te-run exit {ran.returncode}")
+                failed = True
+                continue
+            got = np.load(a.out / name / "y.npy").astype(np.float64)
+            rel = float(np.linalg.norm(got - want) / np.linalg.norm(want))
+            bound = BOUND.get(recipe, 0.08)
+            ok = np.isfinite(rel) and rel <= bound
+            failed |= not ok
+            gpu_line = next((line for line in ran.stdout.splitlines() if line.startswith("te-run: GPU")), "")
+            if prefix.endswith("gqa") and "repeat_kv" not in (a.out / f"{name}.report.json").read_text():
+                print(f"FAIL {name}: the report does not say repeat_kv became the attention's kv heads")
+                ok, failed = False, True
+            print(f"{'PASS' if ok else 'FAIL'} {name}: ||tec_gpu - ort_fp32|| / ||ort_fp32|| = {rel:.3e} (bound {bound}); {gpu_line}")
     return 1 if failed else 0
 
 

@@ -36,7 +36,10 @@ bool foldable(const std::string& op) {
                                             "DequantizeLinear",     "QuantizeLinear",
                                             // Hugging Face's rotary tables and causal mask, made in forward
                                             // from constants: inv_freq x positions, cos, sin; triu of -inf.
-                                            "MatMul", "Cos", "Sin", "Trilu"};
+                                            "MatMul", "Cos", "Sin", "Trilu",
+                                            // torch.onnx's expand(): Where(Equal(shape, -1), ones, shape),
+                                            // the ones a ConstantOfShape (Hugging Face's repeat_kv).
+                                            "ConstantOfShape", "Equal", "Where"};
   return ops.count(op) != 0;
 }
 
@@ -414,6 +417,46 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
         TEC_USER_CHECK(!std::isnan(v), {}) << "Cast of NaN to an integer type";
         t.ints.push_back(to == kBool ? v != 0 : to_int64(v));
       }
+    }
+    return one(std::move(t));
+  }
+  if (op == "ConstantOfShape") {
+    const std::vector<int64_t> dims = as_ints(require(0));
+    for (int64_t d : dims) TEC_USER_CHECK(d >= 0, {}) << "ConstantOfShape of a negative dim " << d;
+    Tensor value{kFloat, {}, {0.0f}, {}};
+    if (auto a = n.attrs.find("value"); a != n.attrs.end() && a->second.t) value = *a->second.t;
+    TEC_USER_CHECK(value.numel() == 1, {}) << "ConstantOfShape's value must have one element";
+    check_folded_size(Shape(dims), {});
+    Tensor t;
+    t.elem_type = value.elem_type;
+    t.dims = dims;
+    const auto count = static_cast<size_t>(Shape(dims).numel());
+    if (value.is_float()) t.floats.assign(count, value.floats.at(0));
+    else t.ints.assign(count, value.ints.at(0));
+    return one(std::move(t));
+  }
+  if (op == "Equal" || op == "Where") {  // broadcast elementwise over every input
+    const bool where = op == "Where";
+    std::vector<const Tensor*> ins{&require(0), &require(1)};
+    if (where) ins.push_back(&require(2));
+    Shape shape(ins[0]->dims);
+    for (size_t i = 1; i < ins.size(); ++i) shape = broadcast_shape_checked(shape, Shape(ins[i]->dims), {});
+    check_folded_size(shape, {ins[0], ins[1]});
+    std::vector<std::vector<size_t>> index;
+    for (const Tensor* t : ins) index.push_back(broadcast_index(Shape(t->dims), shape));
+    Tensor t;
+    t.dims = shape.dims;
+    t.elem_type = where ? ins[1]->elem_type : kBool;
+    TEC_USER_CHECK(!where || ins[1]->is_float() == ins[2]->is_float(), {}) << "Where of a float and an integer tensor";
+    for (size_t e = 0; e < index[0].size(); ++e) {
+      if (!where) {
+        t.ints.push_back(ins[0]->at(index[0][e]) == ins[1]->at(index[1][e]));
+        continue;
+      }
+      const Tensor& pick = ins[0]->at(index[0][e]) != 0 ? *ins[1] : *ins[2];
+      const size_t at = ins[0]->at(index[0][e]) != 0 ? index[1][e] : index[2][e];
+      if (pick.is_float()) t.floats.push_back(pick.floats.at(at));
+      else t.ints.push_back(pick.ints.at(at));
     }
     return one(std::move(t));
   }

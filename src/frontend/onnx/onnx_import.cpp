@@ -64,6 +64,8 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
                          "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
                          "attention (a constant causal mask becomes its causal flag)"},
+    {"Expand", 13, 2, 2, {1}, "only in Hugging Face's repeat_kv before attention's spelling: Reshape(Expand(Unsqueeze(k, 2), "
+                        "[B, KVH, n, S, D]), [B, KVH x n, S, D]) of the keys and values -> tec's attention with kv_heads = KVH (GQA)"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -80,6 +82,9 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Trilu", 14, 1, 2, {1}, "only where it computes a constant (Hugging Face's causal mask: triu of -inf, then attention's causal "
                          "flag)"},
     {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
+    {"ConstantOfShape", 9, 1, 1, {0}, "folded (torch.onnx's expand: the shape of ones it compares against)"},
+    {"Equal", 11, 2, 2, {}, "only where it computes a constant (torch.onnx's expand: Where(Equal(shape, -1), ones, shape))"},
+    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal)"},
     {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
                                              "rotary embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
@@ -138,6 +143,10 @@ struct Group {
   int64_t heads = 0, kv_heads = 0;  // 0: q, k and v are 4-D [B, H, S, D]
   std::vector<std::string> split_shapes;
   std::string merge_shape;  // the output merged back by Reshape(Transpose(y)) to this shape; "" if not
+  // Hugging Face's repeat_kv before the attention: keys and values [B, KVH, S, D] repeated to
+  // [B, KVH x n, S, D] (GQA), which tec's attention does itself; the Expand's [B, KVH, n, S, D]
+  // per tensor (checked against their shapes when emitting), empty where there is none.
+  std::vector<int64_t> key_repeat, value_repeat;
   std::string describe;         // for the report
 };
 
@@ -252,7 +261,7 @@ class Importer {
                                                "ReduceMean", "LayerNormalization", "RMSNormalization", "Transpose",
                                                "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "MatMul", "Gemm",
                                                "Add", "Sub", "Mul", "Div", "Gather", "Concat", "Attention", "Softmax", "Slice",
-                                               "Cos", "Sin", "Trilu"};
+                                               "Cos", "Sin", "Trilu", "Expand"};
     std::map<std::string, int32_t> type;
     for (const auto& in : m_.inputs) type[in.name] = in.elem_type;
     for (const auto& [name, t] : m_.initializers) type[name] = t.elem_type;
@@ -414,10 +423,15 @@ class Importer {
       else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (rotary "
                                "tables, a causal mask)");
+      else if (n.op_type == "ConstantOfShape" || n.op_type == "Equal" || n.op_type == "Where")
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (an "
+                               "expand's shape)");
       else if (n.op_type == "Softmax")
         problem(n, "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not supported yet");
       else if (n.op_type == "Slice")
         problem(n, "a Slice outside the rotary embedding's rotate_half (te-compile --onnx-ops) is not supported yet");
+      else if (n.op_type == "Expand")
+        problem(n, "an Expand outside repeat_kv's repeat of attention's keys and values (te-compile --onnx-ops) is not supported yet");
     }
   }
 
@@ -967,6 +981,32 @@ class Importer {
       }
   }
 
+  // Hugging Face's repeat_kv: v = Reshape(Expand(Unsqueeze(x, axis 2), [B, KVH, n, S, D]),
+  // [B, KVH x n, S, D]), each read only here, with constant shapes: query head h then reads kv
+  // head h / n, as tec's GQA attention does. v becomes x; the Expand's dims are returned.
+  std::vector<int64_t> strip_repeat_kv(std::string& v, Group& g) const {
+    const int r = producer_of(v);
+    if (r < 0 || !internal(v) || !is_op(r, "Reshape") || node(r).inputs.size() < 2 || !known_.count(node(r).inputs[1])) return {};
+    const std::string expanded = node(r).inputs[0];
+    const int e = producer_of(expanded);
+    if (e < 0 || !internal(expanded) || !is_op(e, "Expand") || node(e).inputs.size() < 2 || !known_.count(node(e).inputs[1])) return {};
+    const std::string unsqueezed = node(e).inputs[0];
+    const int u = producer_of(unsqueezed);
+    if (u < 0 || !internal(unsqueezed) || !is_op(u, "Unsqueeze")) return {};
+    std::optional<std::vector<int64_t>> axes = attr_ints(node(u), "axes");
+    if (!axes && node(u).inputs.size() > 1 && known_.count(node(u).inputs[1])) axes = as_ints(*known_.at(node(u).inputs[1]));
+    const std::string x = node(u).inputs[0];
+    // x's rank may be unknown here (a rope's output): the emitter checks its shape.
+    if (!axes || *axes != std::vector<int64_t>{2} || (rank_of(x) != 4 && rank_of(x) != -1) || is_constant(x)) return {};
+    const std::vector<int64_t> d = as_ints(*known_.at(node(e).inputs[1])), to = as_ints(*known_.at(node(r).inputs[1]));
+    if (d.size() != 5 || to.size() != 4 || d[2] < 1 || to[0] != d[0] || to[1] % d[2] != 0 || to[1] / d[2] != d[1] || to[2] != d[3] ||
+        to[3] != d[4])
+      return {};
+    g.members.insert(g.members.end(), {r, e, u});
+    v = x;
+    return d;
+  }
+
   // v = Transpose(Reshape(flat, [B, S, H, D]), perm [0, 2, 1, 3]), both read only here, with a
   // known shape constant: an exporter's split of [B, S, H x D] into heads.
   struct HeadSplit {
@@ -1042,10 +1082,14 @@ class Importer {
     g.members.push_back(t);
     std::string k = node(t).inputs[0];
     strip_constant_factor(k, g);
+    g.key_repeat = strip_repeat_kv(k, g);
+    g.value_repeat = strip_repeat_kv(g.value, g);
+    if (g.key_repeat.empty() != g.value_repeat.empty()) return;  // one of the two repeated: not GQA as tec knows it
     if (is_constant(q) || is_constant(k)) return;
     g.x = q;
     g.key = k;
     g.describe = "MatMul/Softmax/MatMul attention -> attention";
+    if (!g.key_repeat.empty()) g.describe += " (repeat_kv's Expand of the keys and values: GQA)";
     // Heads split from flat tensors on the way in, and merged on the way out: tec's attention
     // reads and writes the flat [B, S, H x D] form, so those Transposes and Reshapes go too.
     const auto sq = head_split_of(g.x), sk = head_split_of(g.key), sv = head_split_of(g.value);
@@ -1543,14 +1587,21 @@ class Importer {
     TEC_UNSUPPORTED_CHECK(table_fits(cos) && table_fits(sin) && cos.is_float() && sin.is_float(), ctx)
         << "the rotary embedding's cos and sin tables must be [seq, head_dim] = [" << seq << ", " << d
         << "] (leading dims 1), one row per position";
-    // Pair 1's frequency theta^(-2/D) is the angle of position 1.
-    const double frequency = seq > 1 ? std::atan2(sin.at(static_cast<size_t>(d + 1)), cos.at(static_cast<size_t>(d + 1))) : 0.0;
+    // Pair 1's frequency theta^(-2/D) is the angle of position 1; then, closer, the angle of the
+    // last position p whose angle stays below 3 (a bf16 table's error of ~2^-9 over p x the
+    // frequency: theta = frequency^(-D/2) magnifies it D/2 times, 7% at D = 32 from position 1).
+    double frequency = seq > 1 ? std::atan2(sin.at(static_cast<size_t>(d + 1)), cos.at(static_cast<size_t>(d + 1))) : 0.0;
     TEC_UNSUPPORTED_CHECK(seq > 1 && frequency > 0.0 && frequency < 1.0, ctx)
         << "the rotary embedding's tables give no frequency to find theta from (need two positions or more)";
+    if (const int64_t p = std::min<int64_t>(seq - 1, static_cast<int64_t>(3.0 / frequency)); p > 1) {
+      const double angle = std::atan2(sin.at(static_cast<size_t>(p * d + 1)), cos.at(static_cast<size_t>(p * d + 1)));
+      if (angle > 0.0) frequency = angle / static_cast<double>(p);
+    }
     const double estimate = std::pow(frequency, -static_cast<double>(d) / 2.0);
     // Tables of float precision give theta to about 1e-6 of itself, a bf16 model's to a few
-    // percent: the model's theta is the estimate itself, or the first of it rounded to 6, 3,
-    // 2 or 1 significant digits (10000, 500000) whose tables agree with every entry.
+    // percent: the model's theta is the first of the estimate rounded to 6, 3, 2 or 1
+    // significant digits (10000, 500000), or the estimate itself, whose tables agree with every
+    // entry; for 16-bit tables the roundest first (their entries fit thetas a percent apart).
     auto fits = [&](double theta, int64_t* bad_p, int64_t* bad_i) {
       for (int64_t p = 0; p < seq; ++p)
         for (int64_t i = 0; i < d; ++i) {
@@ -1571,7 +1622,11 @@ class Importer {
     };
     double theta = 0.0;
     int64_t bad_p = 0, bad_i = 0;
-    for (double candidate : {rounded(estimate, 6), rounded(estimate, 3), rounded(estimate, 2), rounded(estimate, 1), estimate})
+    const bool coarse = cos.elem_type != onnx::kFloat || sin.elem_type != onnx::kFloat;
+    const std::vector<double> candidates =
+        coarse ? std::vector<double>{rounded(estimate, 1), rounded(estimate, 2), rounded(estimate, 3), rounded(estimate, 6), estimate}
+               : std::vector<double>{rounded(estimate, 6), rounded(estimate, 3), rounded(estimate, 2), rounded(estimate, 1), estimate};
+    for (double candidate : candidates)
       if (std::fabs(candidate - estimate) <= 0.05 * estimate && fits(candidate, &bad_p, &bad_i)) {
         theta = candidate;
         break;
@@ -1603,6 +1658,14 @@ class Importer {
     const onnx::Node& root = node(grp.root);
     const ErrorContext ctx = node_ctx(root);
     const ValueId k = runtime(e, grp.key, root), v = runtime(e, grp.value, root);
+    // repeat_kv's Expand must have repeated exactly these keys and values.
+    for (const auto& [t, d] : {std::pair{k, &grp.key_repeat}, std::pair{v, &grp.value_repeat}}) {
+      if (d->empty()) continue;
+      const Shape& s = e.g.value(t).proto.shape;
+      TEC_UNSUPPORTED_CHECK(s.rank() == 4 && s[0] == (*d)[0] && s[1] == (*d)[1] && s[2] == (*d)[3] && s[3] == (*d)[4], ctx)
+          << "repeat_kv's Expand to [" << (*d)[0] << ", " << (*d)[1] << ", " << (*d)[2] << ", " << (*d)[3] << ", " << (*d)[4]
+          << "] reads '" << e.g.value(t).name << "' " << s.str() << ", not [batch, kv_heads, seq, head_dim]";
+    }
     if (grp.heads > 0) {
       // The Reshapes this replaces must have split [B, S, H x D] into [B, S, H, D].
       const ValueId flats[3] = {q, k, v};
