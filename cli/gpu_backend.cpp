@@ -191,16 +191,24 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
             };
             for (const auto& [role, index] : t.buffers) count(index, INT64_MAX);
             if (t.state.count("amax_history")) count(t.state.at("amax_history"), 4);  // the staged amax
-            const Compare c = compare(gpu.read(name), cpu.read(name));
+            const HostTensor got = gpu.read(name), want = cpu.read(name);
+            const Compare c = compare(got, want);
             const bool bitwise = differing == 0;
             const bool must_match = step.kind == "kernel" && !library_kernel;
             const bool ok = must_match ? bitwise : (c.finite && c.rel <= bound);
             if (!ok) exit_code = 1;
-            char line[160];
+            char line[200];
             std::snprintf(line, sizeof line, "%s (%lld of %lld bytes differ, rel %.2e)%s",
-                          bitwise ? "bit-identical" : must_match ? "MISMATCH" : "within bound", static_cast<long long>(differing),
-                          static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
+                          bitwise ? "bit-identical" : must_match ? "MISMATCH" : ok ? "within bound" : "OUT OF BOUND",
+                          static_cast<long long>(differing), static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
             std::printf("  %-4zu %-26s %-7s %-16s %s\n", s, step.name.c_str(), step.kind.c_str(), name.c_str(), line);
+            if (!ok && !got.values.empty()) {  // where to start looking
+              std::string first;
+              for (size_t e = 0; e < std::min<size_t>(4, got.values.size()); ++e)
+                first += " " + std::to_string(got.values[e]) + "/" + std::to_string(want.values[e]);
+              std::printf("       worst at element %zu: gpu %.6g, reference %.6g; the first elements (gpu/reference):%s\n", c.worst,
+                          got.values[c.worst], want.values[c.worst], first.c_str());
+            }
             steps.push_back({{"run", run},
                              {"step", step.name},
                              {"kind", step.kind},

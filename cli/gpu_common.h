@@ -43,6 +43,7 @@ inline nlohmann::json stats_json(const Stats& s) { return {{"p50_us", s.p50}, {"
 struct Compare {
   double rel = 0, max_abs = 0;
   bool finite = true;
+  size_t worst = 0;  // the element of the largest |got - want|
 };
 
 inline Compare compare(const HostTensor& got, const HostTensor& want) {
@@ -53,7 +54,7 @@ inline Compare compare(const HostTensor& got, const HostTensor& want) {
     if (!std::isfinite(g) && std::isfinite(w)) c.finite = false;
     num += (g - w) * (g - w);
     den += w * w;
-    c.max_abs = std::max(c.max_abs, std::fabs(g - w));
+    if (std::fabs(g - w) > c.max_abs) c.max_abs = std::fabs(g - w), c.worst = i;
   }
   c.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
   if (!std::isfinite(c.rel)) c.finite = false;
