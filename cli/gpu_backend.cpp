@@ -197,17 +197,16 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
             const bool must_match = step.kind == "kernel" && !library_kernel;
             const bool ok = must_match ? bitwise : (c.finite && c.rel <= bound);
             if (!ok) exit_code = 1;
-            char line[200];
+            char line[160];
             std::snprintf(line, sizeof line, "%s (%lld of %lld bytes differ, rel %.2e)%s",
                           bitwise ? "bit-identical" : must_match ? "MISMATCH" : ok ? "within bound" : "OUT OF BOUND",
                           static_cast<long long>(differing), static_cast<long long>(total), c.rel, t.proto.quantizer ? ", quantized" : "");
             std::printf("  %-4zu %-26s %-7s %-16s %s\n", s, step.name.c_str(), step.kind.c_str(), name.c_str(), line);
             if (!ok && !got.values.empty()) {  // where to start looking
-              std::string first;
-              for (size_t e = 0; e < std::min<size_t>(4, got.values.size()); ++e)
-                first += " " + std::to_string(got.values[e]) + "/" + std::to_string(want.values[e]);
-              std::printf("       worst at element %zu: gpu %.6g, reference %.6g; the first elements (gpu/reference):%s\n", c.worst,
-                          got.values[c.worst], want.values[c.worst], first.c_str());
+              std::printf("       worst at element %zu: gpu %.6g, reference %.6g; the first elements (gpu/reference):", c.worst,
+                          got.values[c.worst], want.values[c.worst]);
+              for (size_t e = 0; e < std::min<size_t>(4, got.values.size()); ++e) std::printf(" %.6g/%.6g", got.values[e], want.values[e]);
+              std::printf("\n");
             }
             steps.push_back({{"run", run},
                              {"step", step.name},
