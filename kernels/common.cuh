@@ -183,3 +183,14 @@ __device__ __forceinline__ u16 tec_float_to_bf16(float x) {
   bits += 0x7FFFu + ((bits >> 16) & 1u);
   return (u16)(bits >> 16);
 }
+
+// x * sigmoid(x) by the hardware's approximate 2^x and reciprocal: no bit-for-bit promise, so
+// only kernels/row.cu's fast path uses it, which recomputes with tec_silu wherever the
+// difference could show. Its error against tec_silu over every bf16 x is measured by
+// kernels/silu_bound_check.cu (tests/gpu, group encode).
+__device__ __forceinline__ float tec_fast_silu(float x) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(x * -1.44269504f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.0f + e));
+  return x * r;
+}

@@ -504,6 +504,202 @@ __device__ __forceinline__ void tec_store_row(const TecArgs& args, const TecRow&
   tec_for_row(args, row, [&](i64 i, float v) { out[row.r * TEC_N + i] = encode(v); });
 }
 
+// The verified fast SiLU (silu and swiglu over bf16 rows, vector path). The exact tec_silu
+// costs ~50 instructions an element (tec_exp's polynomial, an IEEE division, no FMAs), which
+// made these kernels instruction-bound: the Llama layer's swiglu at 8192 x 28672 took 587 us
+// under fp8-current (an amax pass and a cast pass) against ~350 us for its bytes, on the H100.
+// The fast path computes each element with ex2.approx and rcp.approx instead, and recomputes
+// it exactly only where that could change a stored bit:
+// - a store rounds to the same bf16 or FP8 code unless the value lies near a midpoint between
+//   two codes, which the fast value shows (tec_near_bf16_midpoint, tec_near_fp8_midpoint);
+// - an amax is the exact value of one element, and only an element whose fast |value| comes
+//   near the largest fast value can be it (tec_mark_amax_candidates).
+// Both need a bound on the fast value's error. For every bf16 x with |x| <= 16 and |silu(x)| >=
+// 2^-100 (26370 of them), |tec_fast_silu(x) - tec_silu(x)| <= 1e-6 |tec_silu(x)| (tests/gpu's
+// silu_bound_test checks all; 8.2e-7 on the H100, at x = -13.69); the products with the gate
+// and the scale add 2^-24 on each side: 1.25e-6 in all, 21 units of the last fp32 bit at most.
+// The windows below are 12x (bf16) and 24x (FP8) that, the amax's 2^-14 24x. Elements outside
+// the bound (|x| > 16, NaN, results below 2^-100 or above 2^100) are always recomputed. So
+// every stored bit is the exact path's, which the bit-for-bit tests against the CPU reference
+// check (tests/gpu/silu_fast_path.json takes x to +-100).
+#if (TEC_PRODUCER == 4 || TEC_PRODUCER == 5) && defined(TEC_ACT) && TEC_ACT == 4 && TEC_IN_DTYPE == 0 && TEC_VECTOR && \
+    (TEC_OUT == 0 || ((TEC_OUT == 10 || TEC_OUT == 14) && TEC_PASS == 1) || (TEC_OUT == 10 && TEC_PASS == 2) || TEC_OUT == 11)
+#define TEC_FAST_SILU 1
+#else
+#define TEC_FAST_SILU 0
+#endif
+
+#if TEC_FAST_SILU
+
+// Whether a fast value v might round to another bf16 than the exact one: its low 16 bits
+// within 256 units of the midpoint 0x8000.
+__device__ __forceinline__ bool tec_near_bf16_midpoint(float v) {
+  const int low = (int)(__float_as_uint(v) & 0xFFFFu);
+  return abs(low - 0x8000) <= 256;
+}
+
+// The same for an FP8 code of y = v * scale: below the smallest normal, the codes are a grid
+// of spacing 2^-9 (E4M3) or 2^-16 (E5M2), whose midpoints the fraction shows; above it, the
+// bits below the 3 (2) mantissa bits within 512 units of their midpoint.
+__device__ __forceinline__ bool tec_near_fp8_midpoint(float y) {
+#if TEC_FP8_E4M3
+  const float min_normal = 0.015625f, grid = 512.0f;
+  const unsigned low_mask = (1u << 20) - 1u, midpoint = 1u << 19;
+#else
+  const float min_normal = 6.103515625e-05f, grid = 65536.0f;
+  const unsigned low_mask = (1u << 21) - 1u, midpoint = 1u << 20;
+#endif
+  const float u = fabsf(y);
+  if (u < min_normal) {
+    const float t = u * grid;  // < 8 (4): exact scaling
+    return fabsf(t - floorf(t) - 0.5f) <= 0.0009765625f;
+  }
+  return abs((int)(__float_as_uint(u) & low_mask) - (int)midpoint) <= 512;
+}
+
+// A group of 8 consecutive elements by the fast path: the values, the inputs, and the mask of
+// those to recompute.
+struct TecFastGroup {
+  float v[8], x[8], y[8];
+  unsigned exact;
+};
+
+// The 8 bf16 elements of slot 0 at element offset `offset`, as loaded.
+__device__ __forceinline__ uint4 tec_raw8(const TecArgs& args, i64 offset) { return ((const uint4*)args.slot[0])[offset / 8]; }
+
+__device__ __forceinline__ void tec_unpack_bf16x8(uint4 raw, float (&x)[8]) {
+  const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = __uint_as_float(words[k] << 16);
+    x[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+  }
+}
+
+// A group from its loaded bytes: x (and the gate y of swiglu).
+__device__ __forceinline__ void tec_fast_silu_group(uint4 raw_x, uint4 raw_y, TecFastGroup& g) {
+  tec_unpack_bf16x8(raw_x, g.x);
+#if TEC_PRODUCER == 5
+  tec_unpack_bf16x8(raw_y, g.y);
+#else
+  (void)raw_y;
+#endif
+  g.exact = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+#if TEC_PRODUCER == 5
+    g.v[k] = tec_fast_silu(g.x[k]) * g.y[k];
+#else
+    g.y[k] = 0.0f;
+    g.v[k] = tec_fast_silu(g.x[k]);
+#endif
+    const float a = fabsf(g.v[k]);
+    // NaN fails every comparison, so it is recomputed too.
+    if (!(fabsf(g.x[k]) <= 16.0f && a >= 7.88860905e-31f && a <= 1.26765060e30f)) g.exact |= 1u << k;
+  }
+}
+
+// Marks the elements that may hold the amax: trusted fast values within 2^-14 of the largest
+// trusted one the warp has seen so far, this group included. The element holding the exact
+// maximum is always marked (its fast value is at least (1 - d) times it, every fast value so
+// far at most (1 + d) times it, d < 2^-19), and the warp-wide maximum leaves about one mark per
+// warp and row, where a thread's own running maximum marked every new record among its elements.
+__device__ __forceinline__ void tec_mark_amax_candidates(TecFastGroup& g, float& running) {
+  float group_max = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (!(g.exact >> k & 1u)) group_max = fmaxf(group_max, fabsf(g.v[k]));
+  // Non-negative floats order as their bits do. Every lane of the warp comes here.
+  unsigned bits = __float_as_uint(group_max);
+#if __CUDA_ARCH__ >= 800
+  bits = __reduce_max_sync(0xFFFFFFFFu, bits);
+#else
+  for (int offset = 16; offset > 0; offset /= 2) bits = max(bits, __shfl_xor_sync(0xFFFFFFFFu, bits, offset));
+#endif
+  running = fmaxf(running, __uint_as_float(bits));
+  const float threshold = running * 0.99993896484375f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k)
+    if (!(g.exact >> k & 1u) && fabsf(g.v[k]) >= threshold) g.exact |= 1u << k;
+}
+
+// Recomputes the marked elements exactly, one at a time (a warp loops as often as its most
+// marked lane needs), and returns the largest exact |value| among them.
+__device__ __forceinline__ float tec_recompute_marked(TecFastGroup& g) {
+  float exact_max = 0.0f;
+  unsigned mask = g.exact;
+  while (mask) {
+    const int k = __ffs(mask) - 1;
+    mask &= mask - 1u;
+    float x = g.x[0], y = g.y[0];
+#pragma unroll
+    for (int j = 1; j < 8; ++j)
+      if (j == k) x = g.x[j], y = g.y[j];
+    const float v = tec_elementwise(x, y);
+    exact_max = fmaxf(exact_max, fabsf(v));
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      if (j == k) g.v[j] = v;
+  }
+  return exact_max;
+}
+
+// The row's part of this thread by the fast path: stores encode(v) when kStore, and
+// returns the exact amax of its elements when kAmax. `ambiguous(v)` says whether a fast value
+// might encode differently from the exact one. A trip loads TEC_FAST_GROUPS groups of 8 before
+// it computes any: these kernels are bound by the bytes in flight, and the row kernels' blocks
+// are short (a row of 14336 is 7 groups a thread). Every thread makes the same trips (the
+// warp-wide maximum needs all lanes).
+#ifndef TEC_FAST_GROUPS
+#define TEC_FAST_GROUPS 4
+#endif
+template <bool kAmax, bool kStore, typename T, typename Encode, typename Ambiguous>
+__device__ __forceinline__ float tec_fast_silu_row(const TecArgs& args, const TecRow& row, T* out, Encode encode, Ambiguous ambiguous) {
+  const i64 begin = (i64)blockIdx.y * TEC_CHUNK;
+  const i64 end = begin + TEC_CHUNK < TEC_N ? begin + TEC_CHUNK : TEC_N;
+#if TEC_PRODUCER == 5
+  const i64 x_row = row.r * 2 * TEC_N, y_row = x_row + TEC_N;
+#else
+  const i64 x_row = row.r * TEC_N, y_row = x_row;
+#endif
+  float running = 0.0f, amax = 0.0f;
+  for (i64 base = begin; base < end; base += TEC_FAST_GROUPS * 8 * (i64)TEC_ROW_THREADS) {
+    uint4 raw_x[TEC_FAST_GROUPS], raw_y[TEC_FAST_GROUPS];
+#pragma unroll
+    for (int h = 0; h < TEC_FAST_GROUPS; ++h) {
+      const i64 at = base + 8 * ((i64)threadIdx.x + (i64)h * TEC_ROW_THREADS);
+      raw_x[h] = raw_y[h] = make_uint4(0, 0, 0, 0);
+      if (at < end) {
+        raw_x[h] = tec_raw8(args, x_row + at);
+        if (TEC_PRODUCER == 5) raw_y[h] = tec_raw8(args, y_row + at);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < TEC_FAST_GROUPS; ++h) {
+      const i64 at = base + 8 * ((i64)threadIdx.x + (i64)h * TEC_ROW_THREADS);
+      TecFastGroup g;
+      tec_fast_silu_group(raw_x[h], raw_y[h], g);
+      if (at >= end) g.exact = 0;  // zeros: no marks, nothing stored, but in the warp's maximum
+      if (kAmax) tec_mark_amax_candidates(g, running);
+      if (at >= end) continue;
+      if (kStore) {
+#pragma unroll
+        for (int k = 0; k < 8; ++k)
+          if (ambiguous(g.v[k])) g.exact |= 1u << k;
+      }
+      amax = fmaxf(amax, tec_recompute_marked(g));
+      if (kStore) {
+        T c[8];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) c[k] = encode(g.v[k]);
+        tec_store8(out + row.r * TEC_N + at, c);
+      }
+    }
+  }
+  return amax;
+}
+#endif
+
 extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs args) {
   tec_allow_next_kernel();
   tec_wait_for_previous_kernel();  // the input may be the previous kernel's output, the output a buffer it reads
@@ -622,6 +818,12 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     ((u16*)args.slot[3])[tec_mid_m_tiled_offset(row.r, 2 * i, 2 * TEC_N) / 2] = tec_float_to_bf16(v);
   });
 #elif TEC_OUT == 0
+#if TEC_FAST_SILU
+  if (tec_vector_aligned(args)) {
+    tec_fast_silu_row<false, true>(args, row, (u16*)args.slot[3], [](float v) { return tec_float_to_bf16(v); }, tec_near_bf16_midpoint);
+    return;
+  }
+#endif
   tec_store_row(args, row, (u16*)args.slot[3], [](float v) { return tec_float_to_bf16(v); });
 #elif TEC_OUT == 1
   tec_store_row(args, row, (u16*)args.slot[3], [](float v) { return tec_float_to_fp16(v); });
@@ -630,7 +832,12 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 
 #elif (TEC_OUT == 10 || TEC_OUT == 14) && TEC_PASS == 1
   float local = 0.0f;
-  tec_for_each(args, row, [&](i64, float v) { local = fmaxf(local, fabsf(v)); });
+#if TEC_FAST_SILU
+  if (tec_vector_aligned(args))
+    local = tec_fast_silu_row<true, false>(args, row, (u8*)nullptr, [](float) { return (u8)0; }, [](float) { return false; });
+  else
+#endif
+    tec_for_each(args, row, [&](i64, float v) { local = fmaxf(local, fabsf(v)); });
   const float amax = tec_block_max(local, scratch);
 #if TEC_AMAX_PARTIALS
   if (t == 0) ((float*)args.slot[5])[blockIdx.x * gridDim.y + blockIdx.y] = amax;
@@ -651,6 +858,17 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 #else
   const float scale = *(const float*)args.slot[6];
   float local = 0.0f;
+#endif
+#if TEC_FAST_SILU
+  if (tec_vector_aligned(args)) {
+    const float exact_amax = tec_fast_silu_row<TEC_OUT == 11, true>(
+        args, row, (u8*)args.slot[3], [&](float v) { return tec_encode(v * scale); }, [&](float v) { return tec_near_fp8_midpoint(v * scale); });
+#if TEC_OUT == 11
+    local = exact_amax;
+#else
+    (void)exact_amax;
+#endif
+  } else
 #endif
   tec_store_row(args, row, (u8*)args.slot[3], [&](float v) {
 #if TEC_OUT == 11

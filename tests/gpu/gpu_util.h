@@ -53,6 +53,7 @@ struct Library {
 // Each test returns its number of failed cases.
 int quantize_per_tensor_test(const std::string& arch);
 int fp8_encode_test(const std::string& arch);
+int silu_bound_test(const std::string& arch);
 int delayed_update_test(const std::string& arch);
 int train_plans_test(const std::string& arch);
 int moe_test(const std::string& arch);

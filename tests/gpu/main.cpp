@@ -20,6 +20,7 @@ int main() {
   auto wanted = [&](const char* group) { return !only || std::string(only) == group; };
   int failures = 0;
   if (wanted("encode")) failures += tec::gpu_test::fp8_encode_test(arch);
+  if (wanted("encode")) failures += tec::gpu_test::silu_bound_test(arch);
   if (wanted("quantize")) failures += tec::gpu_test::quantize_per_tensor_test(arch);
   if (wanted("delayed")) failures += tec::gpu_test::delayed_update_test(arch);
   if (wanted("plans")) failures += tec::gpu_test::plans_test(arch);

@@ -126,7 +126,9 @@ int run_case(const Case& c, const std::string& arch) {
     if (c.model.starts_with("tests/")) {
       reference::Session cpu(*plan, profile);
       cpu.set_arena(inputs.arena());
-      cpu.run();
+      // Delayed scaling: as many runs as the GPU made (two eager, this one), so that both cast
+      // with scales from the same history.
+      for (int run = 0; run < (c.recipe == RecipeKind::fp8_delayed ? 3 : 1); ++run) cpu.run();
       const HostTensor want = cpu.read("y");
       for (size_t i = 0; i < want.values.size(); ++i) {
         num += std::pow(static_cast<double>(y.values[i]) - want.values[i], 2);
@@ -245,6 +247,10 @@ int plans_test(const std::string& arch) {
   // cast, fp16 tensors) as row kernels: what ONNX models of unusual spelling become.
   for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})
     cases.push_back({"tests/gpu/general_ops.json", r, {32, 96}});
+  // SiLU and SwiGLU over [-100, 100]: the fast path's recomputed elements (kernels/row.cu) in
+  // every output it takes (bf16, both FP8 passes, delayed scaling's cast, NVFP4's amax pass).
+  for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::nvfp4})
+    cases.push_back({"tests/gpu/silu_fast_path.json", r, {32, 1024}});
   if (!std::getenv("TEC_GPU_TEST_SMALL")) {
     for (RecipeKind r : recipes) cases.push_back({"mlp.json", r, {16, 2048}});
     cases.push_back({"mlp.json", RecipeKind::fp8_current, {16}, "small_m_tiles"});
