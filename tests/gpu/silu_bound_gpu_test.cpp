@@ -1,6 +1,6 @@
 // On the GPU: kernels/row.cu's fast SiLU trusts tec_fast_silu within 1e-6 of tec_silu, relative,
 // for every bf16 x with |x| <= 16 (its midpoint windows and amax marks are sized from that
-// bound, with a margin of 14x or more). This checks the bound on all of them.
+// bound, with a margin of 12x or more). This checks the bound on all of them.
 #include <cstdio>
 #include <cstring>
 
