@@ -4,6 +4,9 @@
 // an output stage stores it (bf16 / fp32) or quantizes it (LAYOUTS.md §1-4). The compiler
 // specialises both with defines (src/codegen/lower.cpp); every float operation is the one
 // the CPU reference performs, in the same order, so quantized outputs match it bit for bit.
+// One exception, with the same outputs: silu and swiglu first compute each element with the
+// hardware's approximate exp2 and reciprocal and recompute exactly every element whose stored
+// bits could differ (the verified fast SiLU, below tec_store_row).
 //
 // Producers (TEC_PRODUCER): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
 // 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias, 8 scale (TEC_SCALE), 9 dequantize
