@@ -87,7 +87,8 @@ int run_case(const Case& c, const std::string& arch) {
 
     // Kernel steps, eager, each against the CPU from the same arena. The second run, so
     // that delayed scaling casts with scales from a real history.
-    for (int run = 0; run < 2; ++run) {
+    constexpr int kEagerRuns = 2;
+    for (int run = 0; run < kEagerRuns; ++run) {
       gpu.poison(stream);
       std::vector<uint8_t> before = gpu.download_arena(stream);
       int kernel_steps = 0, bit_identical = 0;
@@ -126,9 +127,9 @@ int run_case(const Case& c, const std::string& arch) {
     if (c.model.starts_with("tests/")) {
       reference::Session cpu(*plan, profile);
       cpu.set_arena(inputs.arena());
-      // Delayed scaling: as many runs as the GPU made (two eager, this one), so that both cast
-      // with scales from the same history.
-      for (int run = 0; run < (c.recipe == RecipeKind::fp8_delayed ? 3 : 1); ++run) cpu.run();
+      // Delayed scaling: as many runs as the GPU made (the eager ones and this one), so that
+      // both cast with scales from the same history.
+      for (int run = 0; run < (c.recipe == RecipeKind::fp8_delayed ? kEagerRuns + 1 : 1); ++run) cpu.run();
       const HostTensor want = cpu.read("y");
       for (size_t i = 0; i < want.values.size(); ++i) {
         num += std::pow(static_cast<double>(y.values[i]) - want.values[i], 2);
