@@ -12,6 +12,16 @@ typedef long long i64;
 
 __device__ __forceinline__ float tec_bf16_to_float(u16 bits) { return __uint_as_float(((u32)bits) << 16); }
 
+// Eight bf16 values as one 16-byte load holds them, in memory order.
+__device__ __forceinline__ void tec_unpack_bf16x8(uint4 raw, float (&x)[8]) {
+  const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    x[2 * k] = __uint_as_float(words[k] << 16);
+    x[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
+  }
+}
+
 // IEEE half, exactly (as tec::fp16_to_float).
 __device__ __forceinline__ float tec_fp16_to_float(u16 h) {
   const u32 e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;

@@ -371,12 +371,15 @@ __device__ __forceinline__ void tec_load8(const void* base, i64 index, float (&x
     return;
   }
   const uint4 v = ((const uint4*)base)[index / 8];
+  if constexpr (kDtype == 0) {
+    tec_unpack_bf16x8(v, x);
+    return;
+  }
   const u32 words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const u16 lo = (u16)(words[k] & 0xFFFFu), hi = (u16)(words[k] >> 16);
-    x[2 * k] = kDtype == 1 ? tec_fp16_to_float(lo) : tec_bf16_to_float(lo);
-    x[2 * k + 1] = kDtype == 1 ? tec_fp16_to_float(hi) : tec_bf16_to_float(hi);
+    x[2 * k] = tec_fp16_to_float((u16)(words[k] & 0xFFFFu));
+    x[2 * k + 1] = tec_fp16_to_float((u16)(words[k] >> 16));
   }
 }
 
@@ -594,15 +597,6 @@ struct TecFastGroup {
 // The 8 bf16 elements of slot 0 at element offset `offset`, as loaded.
 __device__ __forceinline__ uint4 tec_raw8(const TecArgs& args, i64 offset) { return ((const uint4*)args.slot[0])[offset / 8]; }
 
-__device__ __forceinline__ void tec_unpack_bf16x8(uint4 raw, float (&x)[8]) {
-  const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    x[2 * k] = __uint_as_float(words[k] << 16);
-    x[2 * k + 1] = __uint_as_float(words[k] & 0xFFFF0000u);
-  }
-}
-
 // A group from its loaded bytes: x (and the gate y of swiglu).
 __device__ __forceinline__ void tec_fast_silu_group(uint4 raw_x, uint4 raw_y, TecFastGroup& g) {
   tec_unpack_bf16x8(raw_x, g.x);
@@ -747,12 +741,11 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     if (TEC_IN_DTYPE == 0 && TEC_N % 8 == 0) {
       const uint4* src = (const uint4*)((const u16*)in0 + row.r * TEC_N);  // rows are 16-byte aligned: N % 8 == 0
       for (i64 j = t; j < TEC_N / 8; j += TEC_ROW_THREADS) {
-        const uint4 v = src[j];
+        float x[8];
+        tec_unpack_bf16x8(src[j], x);
         // 16-byte stores: 8 scalar ones at a stride of 8 floats were 8-way bank conflicts.
-        ((float4*)staged)[2 * j] = make_float4(__uint_as_float(v.x << 16), __uint_as_float(v.x & 0xFFFF0000u),
-                                               __uint_as_float(v.y << 16), __uint_as_float(v.y & 0xFFFF0000u));
-        ((float4*)staged)[2 * j + 1] = make_float4(__uint_as_float(v.z << 16), __uint_as_float(v.z & 0xFFFF0000u),
-                                                   __uint_as_float(v.w << 16), __uint_as_float(v.w & 0xFFFF0000u));
+        ((float4*)staged)[2 * j] = make_float4(x[0], x[1], x[2], x[3]);
+        ((float4*)staged)[2 * j + 1] = make_float4(x[4], x[5], x[6], x[7]);
       }
     } else {
       for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) staged[i] = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);

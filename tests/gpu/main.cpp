@@ -2,8 +2,19 @@
 // ctest reports as skipped, never as passed.
 #include "gpu_util.h"
 
+#include <set>
+#include <string>
+
 int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout still shows how far it got
+  // TEC_GPU_TEST_ONLY=<group> runs one group alone.
+  const char* only = std::getenv("TEC_GPU_TEST_ONLY");
+  const std::set<std::string> groups = {"encode", "quantize", "delayed", "plans", "train", "moe", "leak", "tuning", "tp"};
+  if (only && !groups.count(only)) {
+    // A misspelt group would otherwise run nothing and report that everything passed.
+    std::printf("TEC_GPU_TEST_ONLY=%s names no group (encode, quantize, delayed, plans, train, moe, leak, tuning, tp)\n", only);
+    return 2;
+  }
   int devices = 0;
   const cudaError_t probe = cudaGetDeviceCount(&devices);
   if (probe != cudaSuccess || devices == 0) {
@@ -15,8 +26,6 @@ int main() {
   CHECK_CUDA(cudaGetDeviceProperties(&prop, 0));
   const std::string arch = "sm_" + std::to_string(prop.major * 10 + prop.minor);
   std::printf("device: %s (%s)\n", prop.name, arch.c_str());
-  // TEC_GPU_TEST_ONLY=train (or encode, quantize, delayed, plans, moe, leak, tuning, tp) runs one group alone.
-  const char* only = std::getenv("TEC_GPU_TEST_ONLY");
   auto wanted = [&](const char* group) { return !only || std::string(only) == group; };
   int failures = 0;
   if (wanted("encode")) failures += tec::gpu_test::fp8_encode_test(arch);
