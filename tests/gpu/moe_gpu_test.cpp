@@ -42,6 +42,9 @@ constexpr double kFp8OutputBound = 0.03;
 // rounded to bf16 (its dequantized values have more bits), so more of the output flips a step.
 constexpr double kFp4OutputBound = 0.15;
 constexpr double kRunBound = 0.05;
+// Replays per case: 100, as the issue asks; TEC_GPU_TEST_SMALL=1 takes 20 (a quick check on
+// the device, where the 100 take the group past 9 minutes: each replay runs the CPU reference).
+int replay_count() { return std::getenv("TEC_GPU_TEST_SMALL") ? 20 : 100; }
 constexpr double kFp4RunBound = 0.15;
 double run_bound(RecipeKind recipe) { return recipe == RecipeKind::nvfp4 ? kFp4RunBound : kRunBound; }
 
@@ -186,16 +189,17 @@ int router_case(const std::string& model, RecipeKind recipe, const std::string& 
     failures += check_steps(b, label);
     double worst = 0;
     std::set<std::vector<float>> routings;
-    for (int replay = 0; replay < 100; ++replay) {
+    const int replays = replay_count();
+    for (int replay = 0; replay < replays; ++replay) {
       b.inputs.randomize_inputs(1000 + static_cast<uint64_t>(replay));
       std::vector<float> splits;
       worst = std::max(worst, b.replay_error("y", &splits));
       routings.insert(splits);
     }
-    const bool ok = worst < run_bound(recipe) && routings.size() > 50;
+    const bool ok = worst < run_bound(recipe) && routings.size() > static_cast<size_t>(replays / 2);
     failures += ok ? 0 : 1;
-    std::printf("  %-40s 100 replays of one graph, %zu different m_splits: worst ||gpu-cpu||/||cpu|| %.2e (bound %.2g)%s\n",
-                label.c_str(), routings.size(), worst, run_bound(recipe), ok ? "" : "  FAIL");
+    std::printf("  %-40s %d replays of one graph, %zu different m_splits: worst ||gpu-cpu||/||cpu|| %.2e (bound %.2g)%s\n",
+                label.c_str(), replays, routings.size(), worst, run_bound(recipe), ok ? "" : "  FAIL");
   }
   return failures;
 }
@@ -225,18 +229,19 @@ int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream,
   int failures = check_steps(b, label);
   double worst = 0;
   int one_expert_ok = 0;
-  for (int replay = 0; replay < 100; ++replay) {
+  const int replays = replay_count();
+  for (int replay = 0; replay < replays; ++replay) {
     const int pattern = replay % 4;
     route(pattern);
     std::vector<float> splits;
     worst = std::max(worst, b.replay_error("y", &splits));
     if (pattern == 2) one_expert_ok += splits == std::vector<float>{0, 0, 0, 0, 0, 0, static_cast<float>(tokens * top_k), 0};
   }
-  const bool ok = worst < run_bound(recipe) && one_expert_ok == 25;
+  const bool ok = worst < run_bound(recipe) && one_expert_ok == replays / 4;
   failures += ok ? 0 : 1;
-  std::printf("  %-40s 100 replays (uniform, skewed, all on expert 6, odd experts empty): worst %.2e (bound %.2g), all-on-one "
-              "m_splits right %d/25%s\n",
-              label.c_str(), worst, run_bound(recipe), one_expert_ok, ok ? "" : "  FAIL");
+  std::printf("  %-40s %d replays (uniform, skewed, all on expert 6, odd experts empty): worst %.2e (bound %.2g), all-on-one "
+              "m_splits right %d/%d%s\n",
+              label.c_str(), replays, worst, run_bound(recipe), one_expert_ok, replays / 4, ok ? "" : "  FAIL");
 
   // Hostile routing: an expert past the last. Reading the results says so; nothing crashes,
   // and the next good run reads fine.
