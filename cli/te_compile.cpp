@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "compiler.h"
@@ -429,6 +430,15 @@ int main(int argc, char** argv) {
                      g0.tp.size > 1 ? (" per rank, " + std::to_string(g0.tp.size) + " ranks' shards in the plan").c_str() : "",
                      result.plan->constants_from_cache ? "from the cache" : "generated and pre-quantized");
       if (dump_after.empty() && output.empty()) std::fprintf(summary, "no plan written (pass -o PLAN to write one)\n");
+    }
+    std::set<std::string> warned;  // profiles of other token counts compile the same kernel again
+    for (const tec::SpillingKernel& k : result.codegen.spilling) {
+      std::string steps;
+      for (const auto& st : k.steps) steps += (steps.empty() ? "" : ", ") + st;
+      const std::string warning = "te-compile: warning: kernel " + k.source + " for " + k.arch + " (step" + (k.steps.size() == 1 ? "" : "s") +
+                                  " " + steps + ") spills registers to local memory; the plan is correct but that kernel is slower " +
+                                  "than it should be (please report it):\n" + k.ptxas;
+      if (warned.insert(warning).second) std::fputs(warning.c_str(), stderr);
     }
     if (time_passes)
       for (const auto& t : result.timings) std::fprintf(stderr, "  %-14s %8.2f ms\n", t.pass.c_str(), t.milliseconds);

@@ -67,6 +67,17 @@
 #error "a gated epilogue pairs 128 gate with 128 up columns in a 256-column tile"
 #endif
 
+// Registers per thread of the producer warpgroup; the two consumers take the rest of what the
+// block launched with: 168 per thread (64 K / 384, in multiples of 8, as ptxas allots them), a
+// pool setmaxnreg moves registers within but cannot grow (an .inc past it waits forever). See
+// the producer below for why 64.
+#ifndef TEC_PRODUCER_REGISTERS
+#define TEC_PRODUCER_REGISTERS 64
+#endif
+#define TEC_CONSUMER_REGISTERS ((168 * 384 - 128 * TEC_PRODUCER_REGISTERS) / 256 / 8 * 8)
+#define TEC_STRINGIFY_(x) #x
+#define TEC_STRINGIFY(x) TEC_STRINGIFY_(x)
+
 #define TEC_SLOTS 4
 #define TEC_TILE 128       // rows of a block's tile (TEC_TILE_N columns)
 #define TEC_GROUP 8        // column tiles per group
@@ -237,13 +248,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   __syncthreads();
 
   if (warpgroup == 0) {
-    // The consumers' accumulators take most of the 64 K registers; 64 x 128 + 216 x 256 fit.
-    // At 40 the producer spilled its W addresses (ptxas: 96 bytes; local loads before every
-    // bulk copy), and the slots arrived late: ncu showed the kernel stalled on L1TEX (local
-    // memory) 59% of the time, with the L2 and the tensor cores at half their throughput. 64
-    // spills nothing: moe.json fp8-current T = 8192, fc1 4664 -> 3878 us, fc2 1942 -> 1755 us
-    // (H100, one device call).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 64;");
+    // The consumers' accumulators take most of the 64 K registers. At 40 the producer spilled
+    // its W addresses (ptxas: 96 bytes; local loads before every bulk copy), and the slots
+    // arrived late: ncu showed the kernel stalled on L1TEX (local memory) 59% of the time, with
+    // the L2 and the tensor cores at half their throughput. 64 spills nothing (te-compile warns
+    // of any kernel that spills, and the codegen tests hold the example plans to none):
+    // moe.json fp8-current T = 8192, fc1 4664 -> 3878 us, fc2 1942 -> 1755 us (H100, one call).
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 " TEC_STRINGIFY(TEC_PRODUCER_REGISTERS) ";");
     const u8* x = (const u8*)args.slot[2];
     const u8* w = (const u8*)args.slot[0];
     // The tile's W rows, 64 per part (gated: two parts of gate rows, then two of up rows).
@@ -277,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 " TEC_STRINGIFY(TEC_CONSUMER_REGISTERS) ";");
   const int consumer = warpgroup - 1;
   float acc[kAccumulators];
 #pragma unroll

@@ -1,5 +1,6 @@
 #include "compiler.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +13,20 @@
 namespace tec {
 
 namespace {
+
+// The names of the steps whose launches run kernel module `module`, in the first profile with any.
+std::vector<std::string> steps_launching(const std::vector<CompiledProfile>& profiles, int module) {
+  for (const CompiledProfile& p : profiles) {
+    std::vector<std::string> steps;
+    for (const codegen::Launch& l : p.gpu.launches)
+      if (l.module == module) {
+        const std::string name = l.step < 0 ? "(run-level)" : p.schedule.steps.at(static_cast<size_t>(l.step)).name;
+        if (std::find(steps.begin(), steps.end(), name) == steps.end()) steps.push_back(name);
+      }
+    if (!steps.empty()) return steps;
+  }
+  return {};
+}
 
 class PassRunner {
  public:
@@ -139,6 +154,8 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
         result.code.cubins[m].push_back(c.cubin);
         result.codegen.cache_hits += c.cache_hit ? 1 : 0;
         result.codegen.compile_milliseconds += c.milliseconds;
+        if (!c.spills.empty()) result.codegen.spilling.push_back({requests[a * modules.requests().size() + m].source, options.archs[a],
+                                                                  steps_launching(result.profiles, static_cast<int>(m)), c.spills});
       }
     result.codegen.modules = static_cast<int>(requests.size());
   });

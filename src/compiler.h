@@ -35,9 +35,17 @@ struct CompileOptions {
   std::string cache_dir = codegen::default_cache_dir();  // kernels and constants; "" disables it
 };
 
+// A kernel module whose ptxas spilled registers to local memory (codegen::CompiledKernel::spills).
+struct SpillingKernel {
+  std::string source, arch;
+  std::vector<std::string> steps;  // the steps that launch it, in the first profile that does
+  std::string ptxas;               // ptxas's own lines
+};
+
 struct CodegenStats {
   int modules = 0, cache_hits = 0;
   double compile_milliseconds = 0;  // summed over the NVRTC compiles that missed the cache
+  std::vector<SpillingKernel> spilling;
 };
 
 struct PassTiming {

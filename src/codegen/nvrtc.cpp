@@ -28,9 +28,24 @@ void check_nvrtc(nvrtcResult result, const char* call, const std::string& kernel
 }
 
 std::vector<std::string> options_for(const KernelRequest& r) {
-  std::vector<std::string> options = {"--gpu-architecture=" + r.arch + (r.arch_specific ? "a" : ""), "--std=c++17", "-default-device", "--fmad=false"};
+  std::vector<std::string> options = {"--gpu-architecture=" + r.arch + (r.arch_specific ? "a" : ""), "--std=c++17", "-default-device",
+                                      "--fmad=false", "--ptxas-options=--warn-on-spills"};
   for (const auto& d : r.defines) options.push_back("-D" + d);
   return options;
+}
+
+// The lines of an NVRTC log in which ptxas reports spilled registers.
+std::string spill_lines(const std::string& log) {
+  std::string out;
+  size_t start = 0;
+  while (start < log.size()) {
+    size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    const std::string line = log.substr(start, end - start);
+    if (line.find("spilled to local memory") != std::string::npos) out += line + "\n";
+    start = end + 1;
+  }
+  return out;
 }
 
 bool looks_like_cubin(std::span<const uint8_t> bytes) {
@@ -67,8 +82,13 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
   out.cache_key = hex64(checksum64(key_text));
   const std::string name = request.source.substr(0, request.source.find('.'));
   const std::string cached = name + "-" + out.cache_key + ".cubin";
-  if (auto hit = cache_read(cache_dir_, cached); hit && looks_like_cubin(hit->span())) {
+  // ptxas's spill warnings beside the cubin (an empty file: none), so that a hit reports them too.
+  const std::string cached_spills = name + "-" + out.cache_key + ".spills";
+  auto hit = cache_read(cache_dir_, cached);
+  auto hit_spills = cache_read(cache_dir_, cached_spills);
+  if (hit && hit_spills && looks_like_cubin(hit->span())) {
     out.cubin.assign(hit->span().begin(), hit->span().end());
+    out.spills.assign(hit_spills->span().begin(), hit_spills->span().end());
     out.cache_hit = true;
     return out;
   }  // else missing or damaged: compile again and overwrite it
@@ -109,6 +129,8 @@ CompiledKernel KernelCompiler::compile_one(const KernelRequest& request) const {
   check_nvrtc(nvrtcGetCUBIN(program, reinterpret_cast<char*>(out.cubin.data())), "nvrtcGetCUBIN", name);
   nvrtcDestroyProgram(&program);
   out.milliseconds = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  out.spills = spill_lines(log);
+  cache_write(cache_dir_, cached_spills, std::span(reinterpret_cast<const uint8_t*>(out.spills.data()), out.spills.size()));
   cache_write(cache_dir_, cached, out.cubin);
   return out;
 }

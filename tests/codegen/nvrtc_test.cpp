@@ -52,11 +52,12 @@ TEST_CASE("every quantize kernel variant compiles to an sm_90 cubin; the second 
                    << " ms for one");
 }
 
-TEST_CASE("every kernel of every example plan under every recipe compiles to an sm_90 cubin; a rebuild is all cache hits") {
+TEST_CASE("every kernel of every example plan under every recipe compiles to an sm_90 cubin without spilling registers; a rebuild is "
+          "all cache hits") {
   const std::string cache = fresh_cache("plans");
   int modules = 0;
   double compile_ms = 0;
-  for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json", "mlp.json"})
+  for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json", "mlp.json", "moe.json", "llama_layer_small.json"})
     for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block,
                               RecipeKind::mxfp8, RecipeKind::nvfp4}) {
       CAPTURE(model);
@@ -69,6 +70,8 @@ TEST_CASE("every kernel of every example plan under every recipe compiles to an 
       const CompileResult cold = compile(options);
       for (const auto& p : cold.profiles) CHECK_MESSAGE(p.gpu.supported, p.gpu.reason);
       REQUIRE(!cold.code.modules.empty());
+      // A spill in tec's kernels has meant a slow inner loop (grouped_gemm.cu's producer).
+      for (const SpillingKernel& k : cold.codegen.spilling) FAIL_CHECK(k.source << " spills: " << k.ptxas);
       for (const auto& per_arch : cold.code.cubins) {
         REQUIRE(per_arch.size() == 1);
         CHECK(std::string(per_arch[0].begin(), per_arch[0].begin() + 4) == "\x7f" "ELF");
@@ -76,10 +79,29 @@ TEST_CASE("every kernel of every example plan under every recipe compiles to an 
       const CompileResult warm = compile(options);
       CHECK(warm.codegen.cache_hits == warm.codegen.modules);
       CHECK(warm.code.cubins == cold.code.cubins);
+      CHECK(warm.codegen.spilling.size() == cold.codegen.spilling.size());
       modules += cold.codegen.modules;
       compile_ms += cold.codegen.compile_milliseconds;
     }
   MESSAGE(modules << " modules across the example plans; " << compile_ms << " ms of NVRTC before the cache");
+}
+
+TEST_CASE("a kernel that spills registers is reported, on a compile and on a cache hit") {
+  // grouped_gemm.cu's producer warpgroup at 40 registers (its old budget) spills its W addresses.
+  KernelRequest request{"grouped_gemm.cu",
+                        {"TEC_PRODUCER_REGISTERS=40", "TEC_N=28672LL", "TEC_TILE_N=256", "TEC_K=4096LL", "TEC_E=8", "TEC_ROWS=16384LL",
+                         "TEC_BF16=0", "TEC_BIAS=0", "TEC_OUT=0", "TEC_AMAX=1", "TEC_GATED=1", "TEC_ACT=4"},
+                        "sm_90"};
+  request.arch_specific = true;
+  const KernelCompiler compiler(fresh_cache("spills"));
+  const CompiledKernel cold = compiler.compile({request}).at(0);
+  CHECK_FALSE(cold.cache_hit);
+  CHECK(cold.spills.find("spilled to local memory in function 'tec_grouped_gemm'") != std::string::npos);
+  const CompiledKernel warm = compiler.compile({request}).at(0);
+  CHECK(warm.cache_hit);
+  CHECK(warm.spills == cold.spills);
+  request.defines.erase(request.defines.begin());  // its budget now: 64
+  CHECK(compiler.compile({request}).at(0).spills.empty());
 }
 
 namespace {
