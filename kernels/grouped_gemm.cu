@@ -75,8 +75,6 @@
 #define TEC_PRODUCER_REGISTERS 64
 #endif
 #define TEC_CONSUMER_REGISTERS ((168 * 384 - 128 * TEC_PRODUCER_REGISTERS) / 256 / 8 * 8)
-#define TEC_STRINGIFY_(x) #x
-#define TEC_STRINGIFY(x) TEC_STRINGIFY_(x)
 
 #define TEC_SLOTS 4
 #define TEC_TILE 128       // rows of a block's tile (TEC_TILE_N columns)
@@ -254,7 +252,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     // the L2 and the tensor cores at half their throughput. 64 spills nothing (te-compile warns
     // of any kernel that spills, and the codegen tests hold the example plans to none):
     // moe.json fp8-current T = 8192, fc1 4664 -> 3878 us, fc2 1942 -> 1755 us (H100, one call).
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 " TEC_STRINGIFY(TEC_PRODUCER_REGISTERS) ";");
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(TEC_PRODUCER_REGISTERS));
     const u8* x = (const u8*)args.slot[2];
     const u8* w = (const u8*)args.slot[0];
     // The tile's W rows, 64 per part (gated: two parts of gate rows, then two of up rows).
@@ -288,7 +286,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 " TEC_STRINGIFY(TEC_CONSUMER_REGISTERS) ";");
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(TEC_CONSUMER_REGISTERS));
   const int consumer = warpgroup - 1;
   float acc[kAccumulators];
 #pragma unroll

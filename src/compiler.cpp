@@ -154,7 +154,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
         result.code.cubins[m].push_back(c.cubin);
         result.codegen.cache_hits += c.cache_hit ? 1 : 0;
         result.codegen.compile_milliseconds += c.milliseconds;
-        if (!c.spills.empty()) result.codegen.spilling.push_back({requests[a * modules.requests().size() + m].source, options.archs[a],
+        if (!c.spills.empty()) result.codegen.spilling.push_back({modules.requests()[m].source, options.archs[a],
                                                                   steps_launching(result.profiles, static_cast<int>(m)), c.spills});
       }
     result.codegen.modules = static_cast<int>(requests.size());

@@ -12,7 +12,9 @@ int main() {
   const std::set<std::string> groups = {"encode", "quantize", "delayed", "plans", "train", "moe", "leak", "tuning", "tp"};
   if (only && !groups.count(only)) {
     // A misspelt group would otherwise run nothing and report that everything passed.
-    std::printf("TEC_GPU_TEST_ONLY=%s names no group (encode, quantize, delayed, plans, train, moe, leak, tuning, tp)\n", only);
+    std::string names;
+    for (const std::string& g : groups) names += (names.empty() ? "" : ", ") + g;
+    std::printf("TEC_GPU_TEST_ONLY=%s names no group (%s)\n", only, names.c_str());
     return 2;
   }
   int devices = 0;
