@@ -5,9 +5,14 @@
 // one launch (one CUDA graph) serves any routing, with no host synchronisation and no
 // re-capture. cuBLASLt's grouped GEMM takes its shapes from the host, hence this kernel.
 //
-// Work: tiles of 128 rows of one expert x TEC_TILE_N (128 or 256) columns. The grid is the most tiles any routing
-// can need (ceil(rows / 128) + E per column tile); each block finds its tile by walking
-// m_splits (E integers, cached) and returns if the routing needs fewer tiles. Tiles go in
+// Work: tiles of 128 rows of one expert x TEC_TILE_N (128 or 256) columns, at most the most
+// tiles any routing can need (ceil(rows / 128) + E per column tile). The block's tiles are
+// blockIdx.x, + gridDim.x, ...: the runtime launches the grid persistent, one block per SM
+// (Launch::persistent), and each block finds its tiles by walking m_splits (E integers,
+// cached), ending where the routing needs no more. The ring of slots runs on from one tile
+// to the next, so the producer fills the next tile's first slots during this tile's epilogue:
+// moe.json fp8-current T = 8192, fc1 4313 -> 4145 us, the layer's graph 900 -> 918 TFLOP/s
+// (H100, one call, two runs each; T = 2048 even within the noise). Tiles go in
 // groups of 8 column tiles per expert, rows fastest, so that a group's W (8 x 128 rows) and the
 // expert's X stay in L2 while the group's blocks run.
 //
@@ -70,9 +75,9 @@
 // Registers per thread of the producer warpgroup; the two consumers take the rest of what the
 // block launched with: 168 per thread (64 K / 384, in multiples of 8, as ptxas allots them), a
 // pool setmaxnreg moves registers within but cannot grow (an .inc past it waits forever). See
-// the producer below for why 64.
+// the producer below for why 80.
 #ifndef TEC_PRODUCER_REGISTERS
-#define TEC_PRODUCER_REGISTERS 64
+#define TEC_PRODUCER_REGISTERS 80
 #endif
 #define TEC_CONSUMER_REGISTERS ((168 * 384 - 128 * TEC_PRODUCER_REGISTERS) / 256 / 8 * 8)
 
@@ -223,12 +228,20 @@ __device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, Te
 extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args) {
   extern __shared__ __align__(1024) u8 tec_shared[];
   tec_wait_for_previous_kernel();  // m_splits and X are the previous kernels' outputs
+  const int* m_splits = (const int*)args.slot[5];
   TecTile tile;
   bool bad;
-  if (!tec_find_tile((const int*)args.slot[5], blockIdx.x, tile, bad)) {
+  if (!tec_find_tile(m_splits, blockIdx.x, tile, bad)) {
     if (bad && blockIdx.x == 0 && threadIdx.x == 0) atomicOr((int*)args.slot[7], TEC_STATUS_BAD_SPLITS);
     return;
   }
+  // The block's next tile after tile `t`: persistent blocks (a grid of at most the resident
+  // blocks, launch.persistent) stride over the tiles, and both roles walk the same sequence.
+  auto next_tile = [&](i64& t, TecTile& next) {
+    t += gridDim.x;
+    bool ignored;  // the splits were checked by the first tile
+    return tec_find_tile(m_splits, t, next, ignored);
+  };
   // The swizzle repeats every 1024 bytes, and the descriptors assume slots aligned to it.
   const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;
   const u32 barriers = base + TEC_SLOTS * kSlotBytes;
@@ -245,6 +258,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   }
   __syncthreads();
 
+  // The ring of slots runs on across a block's tiles: `ring` counts the steps of the tiles
+  // before, so a slot's phase is that of its global step. The producer thus fills the next
+  // tile's first slots while the consumers run this tile's epilogue.
   if (warpgroup == 0) {
     // The consumers' accumulators take most of the 64 K registers. At 40 the producer spilled
     // its W addresses (ptxas: 96 bytes; local loads before every bulk copy), and the slots
@@ -252,6 +268,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     // the L2 and the tensor cores at half their throughput. 64 spills nothing (te-compile warns
     // of any kernel that spills, and the codegen tests hold the example plans to none):
     // moe.json fp8-current T = 8192, fc1 4664 -> 3878 us, fc2 1942 -> 1755 us (H100, one call).
+    // Striding over tiles (t, the ring, the next tile's walk of m_splits) costs 16 more: at 72
+    // ptxas spills 288 bytes, at 80 nothing.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(TEC_PRODUCER_REGISTERS));
     const u8* x = (const u8*)args.slot[2];
     const u8* w = (const u8*)args.slot[0];
@@ -261,26 +279,30 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       if (TEC_GATED && part >= 2) return expert_row + TEC_N / 2 + tile.n0 + (part - 2) * 64;
       return expert_row + tile.n0 + part * 64;
     };
-    for (int step = 0; step < kSteps; ++step) {
-      const int s = step % TEC_SLOTS;
-      if (step >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((step / TEC_SLOTS - 1) & 1));
-      const u32 slot = base + (u32)(s * kSlotBytes);
-      if (tid == 0) {
-        tec_barrier_arrive_expect_bytes(full(s), kWSlotBytes);
-        // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
+    i64 t = blockIdx.x;
+    for (int ring = 0;; ring += kSteps) {
+      for (int step = 0; step < kSteps; ++step) {
+        const int g = ring + step, s = g % TEC_SLOTS;
+        if (g >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((g / TEC_SLOTS - 1) & 1));
+        const u32 slot = base + (u32)(s * kSlotBytes);
+        if (tid == 0) {
+          tec_barrier_arrive_expect_bytes(full(s), kWSlotBytes);
+          // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
 #pragma unroll
-        for (int part = 0; part < TEC_TILE_N / 64; ++part)
-          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
-      }
+          for (int part = 0; part < TEC_TILE_N / 64; ++part)
+            tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
+        }
 #pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
-        const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
-        const u32 dst = slot + kWSlotBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((chunk ^ (row % 8)) * 16));
-        tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
+        for (int i = 0; i < 8; ++i) {
+          const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
+          const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
+          const u32 dst = slot + kWSlotBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((chunk ^ (row % 8)) * 16));
+          tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
+        }
+        // The slot's barrier counts this thread's arrival when its copies above have landed.
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full(s)) : "memory");
       }
-      // The slot's barrier counts this thread's arrival when its copies above have landed.
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full(s)) : "memory");
+      if (!next_tile(t, tile)) break;
     }
     asm volatile("cp.async.wait_all;" ::: "memory");
     return;
@@ -291,11 +313,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
-  // Waits for `step`'s slot and issues its four wgmma (32 bytes of K each) into d; `fresh`:
-  // the first overwrites d rather than adding to it.
-  auto issue_step = [&](float (&d)[kAccumulators], int step, bool fresh) {
-    const int s = step % TEC_SLOTS;
-    tec_barrier_wait(full(s), (u32)((step / TEC_SLOTS) & 1));
+  // Waits for global step `g`'s slot and issues its four wgmma (32 bytes of K each) into d;
+  // `fresh`: the first overwrites d rather than adding to it.
+  auto issue_step = [&](float (&d)[kAccumulators], int g, bool fresh) {
+    const int s = g % TEC_SLOTS;
+    tec_barrier_wait(full(s), (u32)((g / TEC_SLOTS) & 1));
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // X came by cp.async (generic proxy), wgmma reads it (async)
     const u32 slot = base + (u32)(s * kSlotBytes);
     const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
@@ -305,50 +327,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     for (int k = 0; k < 4; ++k) tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   };
-#if TEC_BLOCK_SCALES
-  // A 128-byte step of K is one scale block of X (1x128) and of W (128x128, the tile's 128
-  // rows): the step's product is made apart and added into acc times both blocks' scale_inv.
-  // The tensor cores cannot scale mid-sum, and their FP8 accumulation keeps too few bits for
-  // long K anyway (DeepSeek-V3's promotion); the price is no wgmma overlap across steps.
-  const float* x_scale = (const float*)args.slot[3];
-  const float* w_scale = (const float*)args.slot[1] + (i64)tile.expert * TEC_W_SCALE_MEMBER + (tile.n0 / 128) * TEC_W_SCALE_ROW;
-  const int thread_row = consumer * 64 + (tid / 32) * 16 + (tid % 32) / 4;  // and + 8 (the accumulator layout)
-  const i64 x_row0 = tile.first_row + (thread_row < tile.rows ? thread_row : tile.rows - 1);
-  const i64 x_row1 = tile.first_row + (thread_row + 8 < tile.rows ? thread_row + 8 : tile.rows - 1);
-  float part[kAccumulators];
-#pragma unroll
-  for (int i = 0; i < kAccumulators; ++i) part[i] = 0.0f;
-  for (int step = 0; step < kSteps; ++step) {
-    const float w_s = w_scale[step];
-    const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
-    issue_step(part, step, true);
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    tec_barrier_arrive(empty(step % TEC_SLOTS));
-#pragma unroll
-    for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
-#pragma unroll
-    for (int i = 0; i < kAccumulators; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
-  }
-#else
-  for (int step = 0; step < kSteps; ++step) {
-    issue_step(acc, step, false);
-    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-    if (step > 0) tec_barrier_arrive(empty((step - 1) % TEC_SLOTS));
-  }
-#endif
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#pragma unroll
-  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
-  tec_allow_next_kernel();
-
   // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and
   // in each 8-column group j the columns 8j + 2 (lane % 4) and + 1.
   const int warp = tid / 32, lane = tid % 32;
-#if TEC_BF16 || TEC_BLOCK_SCALES
-  const float alpha = 1.0f;
-#else
-  const float alpha = ((const float*)args.slot[1])[tile.expert] * *(const float*)args.slot[3];
-#endif
   auto bias_at = [&](i64 column) -> float {
     const i64 index = (i64)tile.expert * TEC_N + column;
 #if TEC_BIAS == 1
@@ -360,7 +341,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     return 0.0f;
 #endif
   };
-  float amax = 0.0f;
+  float amax = 0.0f;  // over all the block's tiles
   // Columns n and n + 1 of D are stored together.
   auto store = [&](int row, i64 n, float v0, float v1) {
     const i64 out = (tile.first_row + row) * kOutColumns + n;
@@ -373,26 +354,76 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     amax = fmaxf(amax, fmaxf(fabsf(tec_bf16_to_float(b0)), fabsf(tec_bf16_to_float(b1))));  // of what the cast pass reads
 #endif
   };
-#if TEC_GATED
-  // Accumulators i < 64 are gate columns, i + 64 the up column 128 further on.
+
+  i64 t = blockIdx.x;
+  for (int ring = 0;; ring += kSteps) {
+#if TEC_BLOCK_SCALES
+    // A 128-byte step of K is one scale block of X (1x128) and of W (128x128, the tile's 128
+    // rows): the step's product is made apart and added into acc times both blocks' scale_inv.
+    // The tensor cores cannot scale mid-sum, and their FP8 accumulation keeps too few bits for
+    // long K anyway (DeepSeek-V3's promotion); the price is no wgmma overlap across steps.
+    const float* x_scale = (const float*)args.slot[3];
+    const float* w_scale = (const float*)args.slot[1] + (i64)tile.expert * TEC_W_SCALE_MEMBER + (tile.n0 / 128) * TEC_W_SCALE_ROW;
+    const int thread_row = consumer * 64 + (tid / 32) * 16 + (tid % 32) / 4;  // and + 8 (the accumulator layout)
+    const i64 x_row0 = tile.first_row + (thread_row < tile.rows ? thread_row : tile.rows - 1);
+    const i64 x_row1 = tile.first_row + (thread_row + 8 < tile.rows ? thread_row + 8 : tile.rows - 1);
+    float part[kAccumulators];
 #pragma unroll
-  for (int i = 0; i < kAccumulators / 2; i += 2) {
-    const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
-    const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
-    if (row >= tile.rows) continue;
-    const float g0 = alpha * acc[i] + bias_at(n), g1 = alpha * acc[i + 1] + bias_at(n + 1);
-    const float u0 = alpha * acc[i + 64] + bias_at(TEC_N / 2 + n), u1 = alpha * acc[i + 65] + bias_at(TEC_N / 2 + n + 1);
-    store(row, n, tec_epilogue_activation(g0) * u0, tec_epilogue_activation(g1) * u1);
-  }
+    for (int i = 0; i < kAccumulators; ++i) acc[i] = part[i] = 0.0f;
+    for (int step = 0; step < kSteps; ++step) {
+      const float w_s = w_scale[step];
+      const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
+      issue_step(part, ring + step, true);
+      asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+      tec_barrier_arrive(empty((ring + step) % TEC_SLOTS));
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
+    }
+#else
+    for (int step = 0; step < kSteps; ++step) {
+      issue_step(acc, ring + step, step == 0);
+      asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+      if (step > 0) tec_barrier_arrive(empty((ring + step - 1) % TEC_SLOTS));
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+    tec_barrier_arrive(empty((ring + kSteps - 1) % TEC_SLOTS));  // the producer may fill it for the next tile
+#endif
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
+
+    TecTile next;
+    const bool last = !next_tile(t, next);
+    if (last) tec_allow_next_kernel();
+#if TEC_BF16 || TEC_BLOCK_SCALES
+    const float alpha = 1.0f;
+#else
+    const float alpha = ((const float*)args.slot[1])[tile.expert] * *(const float*)args.slot[3];
+#endif
+#if TEC_GATED
+    // Accumulators i < 64 are gate columns, i + 64 the up column 128 further on.
+#pragma unroll
+    for (int i = 0; i < kAccumulators / 2; i += 2) {
+      const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
+      const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
+      if (row >= tile.rows) continue;
+      const float g0 = alpha * acc[i] + bias_at(n), g1 = alpha * acc[i + 1] + bias_at(n + 1);
+      const float u0 = alpha * acc[i + 64] + bias_at(TEC_N / 2 + n), u1 = alpha * acc[i + 65] + bias_at(TEC_N / 2 + n + 1);
+      store(row, n, tec_epilogue_activation(g0) * u0, tec_epilogue_activation(g1) * u1);
+    }
 #else
 #pragma unroll
-  for (int i = 0; i < kAccumulators; i += 2) {
-    const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
-    const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
-    if (row >= tile.rows) continue;
-    store(row, n, alpha * acc[i] + bias_at(n), alpha * acc[i + 1] + bias_at(n + 1));
-  }
+    for (int i = 0; i < kAccumulators; i += 2) {
+      const int row = consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
+      const i64 n = tile.n0 + (i / 4) * 8 + 2 * (lane % 4);
+      if (row >= tile.rows) continue;
+      store(row, n, alpha * acc[i] + bias_at(n), alpha * acc[i + 1] + bias_at(n + 1));
+    }
 #endif
+    if (last) break;
+    tile = next;
+  }
 #if TEC_AMAX
   // One atomic per block: the consumers' warps meet on named barrier 1.
   __shared__ float warp_amax[8];

@@ -192,6 +192,7 @@ json launches_manifest(const CompiledProfile& p) {
         j.update({{"module", l.module}, {"entry", l.entry}, {"grid", l.grid}, {"block", l.block}, {"args", args}});
         if (l.shared_bytes > 0) j["shared_bytes"] = l.shared_bytes;
         if (l.early_launch) j["early_launch"] = true;
+        if (l.persistent) j["persistent"] = true;
         if (l.constant_copy) j["constant_copy"] = true;
         break;
       }

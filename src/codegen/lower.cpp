@@ -1503,6 +1503,9 @@ class StepLowering {
     const int64_t column_tiles = gated_epilogue ? n_out / 2 / 128 : n_out / tile_n;
     l.grid = {(ceil_div(rows, 128) + experts) * column_tiles, 1, 1};
     l.block = {384, 1, 1};  // a producer warpgroup and two consumers
+    // One block per SM striding over the tiles: its producer fills the next tile's slots while
+    // its consumers run this tile's epilogue.
+    l.persistent = true;
     // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
     auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };

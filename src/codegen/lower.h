@@ -106,6 +106,9 @@ struct Launch {
   // The kernel waits for the previous kernel in-kernel (kernels/common.cuh), so the runtime may
   // launch it before that one has finished (programmatic dependent launch).
   bool early_launch = false;
+  // The kernel strides over its work by gridDim.x, so the runtime launches only as many of the
+  // grid's blocks as the GPU holds at once (kernels/grouped_gemm.cu).
+  bool persistent = false;
   // Makes a copy of constants kept across runs (Workspace::kept_across_runs): the runtime runs
   // it on a session's first run and after its arena is restored, as train plans' weight copies.
   bool constant_copy = false;

@@ -264,6 +264,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     TEC_USER_CHECK(l.block[0] * l.block[1] * l.block[2] <= kMaxBlockThreads, r.ctx("block")) << "too many threads per block";
     l.shared_bytes = r.optional_integer("shared_bytes", 0, kMaxDynamicSharedBytes);
     l.early_launch = r.optional_boolean("early_launch");
+    l.persistent = r.optional_boolean("persistent");
     l.constant_copy = r.optional_boolean("constant_copy");
     const json& args = r.array("args");
     TEC_USER_CHECK(args.size() <= kMaxKernelArgs, r.ctx("args")) << "at most " << kMaxKernelArgs << " kernel argument slots";

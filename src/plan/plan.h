@@ -146,6 +146,7 @@ struct Launch {
   std::array<int64_t, 3> grid{1, 1, 1}, block{1, 1, 1};
   int64_t shared_bytes = 0;  // dynamic shared memory of a kernel
   bool early_launch = false;  // waits for the previous kernel itself (codegen::Launch)
+  bool persistent = false;    // grid.x is an upper bound: launched as at most the resident blocks (codegen::Launch)
   bool constant_copy = false;  // runs only when the session's weight copies are stale (codegen::Launch)
   std::vector<KernelArg> args;
   Gemm gemm;

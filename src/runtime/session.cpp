@@ -319,6 +319,7 @@ struct Session::Impl {
   };
   std::vector<GemmState> gemms;            // per launch (unused entries for non-GEMMs)
   std::vector<cudaKernel_t> kernels;       // per launch
+  std::vector<unsigned> grid_x;            // per launch: a persistent kernel's grid is cut to the resident blocks
   std::vector<KernelSlots> slots;          // per launch
   std::vector<std::string> where;          // per launch: the step it belongs to, for errors
   bool early_launch = false;               // programmatic dependent launch for kernels that allow it
@@ -476,6 +477,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   const size_t n = profile_.launches.size();
   s.gemms.resize(n);
   s.kernels.assign(n, nullptr);
+  s.grid_x.assign(n, 0);
   s.slots.resize(n);
   for (size_t i = 0; i < n; ++i) s.where.push_back(step_name(profile_, profile_.launches[i].step));
   for (size_t i = 0; i < n; ++i) {
@@ -496,6 +498,18 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
                where);
     }
     if (l.kind == "kernel") {
+      s.grid_x[i] = static_cast<unsigned>(l.grid[0]);
+      if (l.persistent) {
+        int per_sm = 0, sms = 0;
+        TEC_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, reinterpret_cast<const void*>(s.kernels[i]),
+                                                               static_cast<int>(l.block[0] * l.block[1] * l.block[2]),
+                                                               static_cast<size_t>(l.shared_bytes)),
+                 where);
+        TEC_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, s.shared->device), where);
+        if (per_sm < 1)
+          throw Error(ErrorKind::unsupported, ctx(where), "kernel " + l.entry + " fits no SM of this GPU (its block or shared memory is too large)");
+        s.grid_x[i] = static_cast<unsigned>(std::min<int64_t>(l.grid[0], static_cast<int64_t>(per_sm) * sms));
+      }
       std::memset(&s.slots[i], 0, sizeof(KernelSlots));
       for (size_t a = 0; a < l.args.size(); ++a) {
         const plan::KernelArg& arg = l.args[a];
@@ -813,7 +827,7 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
     } else if (l.kind == "kernel") {
       void* args[] = {&s.slots[i]};
       cudaLaunchConfig_t config{};
-      config.gridDim = dim3(static_cast<unsigned>(l.grid[0]), static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2]));
+      config.gridDim = dim3(s.grid_x[i], static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2]));
       config.blockDim = dim3(static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]), static_cast<unsigned>(l.block[2]));
       config.dynamicSmemBytes = static_cast<size_t>(l.shared_bytes);
       config.stream = stream;
