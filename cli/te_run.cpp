@@ -148,12 +148,16 @@ void inspect(const tec::plan::Plan& plan) {
           std::printf("  %-24s memset  %s\n", step.c_str(), p.buffers[static_cast<size_t>(l.buffer)].name.c_str());
         else if (l.kind == "collective")
           std::printf("  %-24s nccl    %s%s%s %lld %s per rank: %s%s -> %s%s\n", step.c_str(), l.stream ? "[side stream] " : "",
-                      l.collective.op.c_str(), l.collective.op == "copy" || l.collective.op == "all_gather" ? "" : (" (" + l.collective.reduce + ")").c_str(),
+                      l.collective.op.c_str(), l.collective.op == "copy" || l.collective.op == "all_gather" || l.collective.op == "ring_exchange" ? "" : (" (" + l.collective.reduce + ")").c_str(),
                       static_cast<long long>(l.collective.count), std::string(tec::to_string(l.collective.dtype)).c_str(),
                       p.buffers[static_cast<size_t>(l.collective.send)].name.c_str(),
                       l.collective.send_offset ? (" + " + std::to_string(l.collective.send_offset)).c_str() : "",
-                      p.buffers[static_cast<size_t>(l.collective.recv)].name.c_str(),
-                      l.collective.op == "reduce" ? (" on rank " + std::to_string(l.collective.root)).c_str() : "");
+                      (p.buffers[static_cast<size_t>(l.collective.recv)].name +
+                       (l.collective.recv_offset ? " + " + std::to_string(l.collective.recv_offset) : ""))
+                          .c_str(),
+                      l.collective.op == "reduce"          ? (" on rank " + std::to_string(l.collective.root)).c_str()
+                      : l.collective.op == "ring_exchange" ? " (to the next rank, from the previous)"
+                                                           : "");
         else if (l.kind == "attention") {
           const tec::plan::Attention& a = l.attention;
           std::printf("  %-24s cudnn   SDPA%s %s B=%lld S=%lld S_kv=%lld heads %lld/%lld dims %lld/%lld %s%s scale %.4g%s%s%s\n", step.c_str(), a.backward ? " backward" : "",

@@ -161,6 +161,7 @@ json launches_manifest(const CompiledProfile& p) {
         j["collective"] = {{"op", c.op}, {"reduce", c.reduce}, {"send", ref(c.send)}, {"recv", ref(c.recv)}, {"count", c.count},
                            {"dtype", dtype_json(c.dtype)}};
         if (c.send_offset) j["collective"]["send_offset"] = c.send_offset;
+        if (c.recv_offset) j["collective"]["recv_offset"] = c.recv_offset;
         if (c.op == "reduce") j["collective"]["root"] = c.root;
         break;
       }

@@ -1657,7 +1657,7 @@ GpuLowering lower_for_gpu(const Graph& g, Schedule& schedule, ModuleTable& modul
     for (Step& s : schedule.steps) s.workspaces.clear();
     return result;
   }
-  if (target.overlap_min_rows >= 0) overlap_collectives(result.launches, g.tp.size, target.overlap_min_rows, schedule);
+  if (target.overlap_min_rows >= 0) overlap_collectives(result.launches, g.tp.size, target.overlap_min_rows, schedule, modules);
   if (any_delayed) {
     Launch l;
     l.kind = Launch::Kind::delayed_update;

@@ -65,12 +65,16 @@ struct GemmLaunch {
 // A collective over the plan's ranks on the session's NCCL communicator (plan::Collective
 // says how `count` is meant).
 struct CollectiveLaunch {
-  std::string op;  // all_gather, reduce_scatter, all_reduce, reduce (to `root`), copy
+  // all_gather, reduce_scatter, all_reduce, reduce (to `root`), copy, ring_exchange: `count`
+  // elements sent to rank + 1 and as many received from rank - 1 (mod the ranks), one NCCL
+  // group of a send and a recv; the steps of the ring reduce-scatter overlap_collectives makes.
+  std::string op;
   std::string reduce = "sum";  // sum, max
   std::string send, recv;
   int64_t count = 0;
   DType dtype = DType::bf16;
   int64_t send_offset = 0;  // elements into `send`
+  int64_t recv_offset = 0;  // elements into `recv` (ring_exchange)
   int root = 0;             // reduce
 };
 
@@ -169,13 +173,15 @@ struct LoweringTarget {
 // Tensor parallel over `tp_size` ranks: rewrites `launches` so that collectives run on the
 // side stream while GEMMs compute. An all-gather that a GEMM reads next: the GEMM's block of
 // this rank's own rows (from the rank's unsent input) runs during the gather, the peers'
-// blocks after it. A reduce-scatter of a GEMM's output: the GEMM in one block per destination
-// rank, each reduced to its rank (ncclReduce) while the next block computes. Outputs are the
-// same bytes as without for two ranks (the blocks are the same rows; each sum adds the same two
-// values). GEMMs with block scales along M, transposed operands or an FP8 output are left whole.
+// blocks after it. A reduce-scatter (a sum) of a GEMM's output: a ring, the GEMM in one block
+// per rank, each block's running sum sent on to the next rank (ring_exchange: a send and a
+// recv) while the next block computes, and added (kernels/accumulate.cu) into that rank's own.
+// Outputs are the same bytes as without for two ranks (the blocks are the same rows; each sum
+// adds the same two values, rounded once as NCCL does). GEMMs with block scales along M,
+// transposed operands, a C operand or an FP8 output are left whole.
 // Records in `schedule` the steps each buffer is used in, now that side-stream work runs
 // beside later steps, for memory_plan.
-void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule);
+void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule, ModuleTable& modules);
 
 // Lowers every step of one profile for `target`. Adds workspaces to
 // `schedule` and fusion notes saying which path each GEMM takes. A step with no GPU

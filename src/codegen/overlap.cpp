@@ -116,22 +116,52 @@ std::vector<Launch> overlap_gathers(std::vector<Launch> in, int64_t tp, int64_t 
   return out;
 }
 
-// Reduce-scatters of a GEMM's output: a block per destination rank, reduced to it while the
-// next block computes.
-std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64_t min_rows) {
+// dst[dst_offset ...] += src[src_offset ...] over `count` elements (kernels/accumulate.cu).
+Launch accumulate(ModuleTable& modules, int step, DType type, const std::string& dst, int64_t dst_offset, const std::string& src,
+                  int64_t src_offset, int64_t count) {
+  Launch l;
+  l.kind = Launch::Kind::kernel;
+  l.step = step;
+  l.module = modules.add(KernelRequest{"accumulate.cu",
+                                       {"TEC_COUNT=" + std::to_string(count) + "LL",
+                                        "TEC_DTYPE=" + std::string(type == DType::bf16 ? "0" : type == DType::fp16 ? "1" : "2"),
+                                        "TEC_DST_OFFSET=" + std::to_string(dst_offset) + "LL",
+                                        "TEC_SRC_OFFSET=" + std::to_string(src_offset) + "LL"},
+                                       ""});
+  l.entry = "tec_accumulate";
+  const int64_t vectors = count * storage_bytes(type) / 16;
+  l.grid = {std::min<int64_t>((vectors + 255) / 256, 1024), 1, 1};
+  l.block = {256, 1, 1};
+  l.args = {LaunchArg{LaunchArg::Kind::buffer, dst, 0}, LaunchArg{LaunchArg::Kind::buffer, src, 0}};
+  return l;
+}
+
+// Reduce-scatters of a GEMM's output, as a ring: rank r computes its blocks of rows in the
+// order r - 1, r - 2, ..., r (its own last); each block's partial sum, with what the previous
+// rank summed of that block added, goes on to the next rank while the following block
+// computes, so every exchange is hidden but for the last block's sum, and each link carries
+// data both ways at once. The partial buffer P holds the N blocks: P[0] receives, P[1] and
+// P[2] take turns for the blocks in flight; the own block is written into the output, which
+// the last exchange's sum completes. Two ranks: one exchange, one sum.
+std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64_t min_rows, ModuleTable& modules) {
   std::vector<Launch> out;
   for (size_t i = 0; i < in.size(); ++i) {
     Launch& scatter = in[i];
-    if (scatter.kind != Launch::Kind::collective || scatter.collective.op != "reduce_scatter" || scatter.stream != 0) {
+    if (scatter.kind != Launch::Kind::collective || scatter.collective.op != "reduce_scatter" || scatter.stream != 0 ||
+        scatter.collective.reduce != "sum") {
       out.push_back(std::move(scatter));
       continue;
     }
-    const std::string partial = scatter.collective.send;
+    const std::string partial = scatter.collective.send, result = scatter.collective.recv;
+    const DType type = scatter.collective.dtype;
+    const int64_t count = scatter.collective.count;  // elements of a block
     // The GEMM that wrote the partial sums, already in `out`, and nothing else using them since.
     size_t k = out.size();
     while (k > 0 && !references(out[k - 1], partial)) --k;
-    if (k == 0 || !splittable(out[k - 1], tp, min_rows) || out[k - 1].gemm.d != partial || out[k - 1].gemm.c == partial ||
-        out[k - 1].gemm.d_type != scatter.collective.dtype || out[k - 1].gemm.m * out[k - 1].gemm.n != scatter.collective.count * tp) {
+    if (k == 0 || !splittable(out[k - 1], tp, min_rows) || out[k - 1].gemm.d != partial || !out[k - 1].gemm.c.empty() ||
+        out[k - 1].gemm.d_type != type || out[k - 1].gemm.m * out[k - 1].gemm.n != count * tp ||
+        (type != DType::bf16 && type != DType::fp16 && type != DType::fp32) || count * storage_bytes(type) % 16 != 0 ||
+        std::any_of(out.begin() + static_cast<std::ptrdiff_t>(k), out.end(), [&](const Launch& l) { return references(l, result); })) {
       out.push_back(std::move(scatter));
       continue;
     }
@@ -139,30 +169,45 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
     const std::vector<Launch> after(std::make_move_iterator(out.begin() + static_cast<std::ptrdiff_t>(k)), std::make_move_iterator(out.end()));
     out.resize(k - 1);
     const int64_t block = whole.gemm.m / tp;
-    for (int destination = 0; destination < tp; ++destination) {
+    auto in_flight = [&](int64_t s) { return 1 + s % 2; };  // P's block for the ring's step s
+    for (int64_t s = 0; s < tp; ++s) {
+      const bool own = s == tp - 1;
       Launch part = whole;
       part.gemm.m = block;
-      part.gemm.x_rows = part.gemm.d_rows = {destination * block, 0, 0};
+      part.gemm.x_rows = {0, block, static_cast<int>(tp - s - 1)};  // rows of block (rank - s - 1) mod N
+      if (own) {
+        part.gemm.d = result;
+        part.gemm.d_rows = {};
+      } else {
+        part.gemm.d_rows = {in_flight(s) * block, 0, 0};
+      }
       out.push_back(std::move(part));
-      out.push_back(stream_edge(Launch::Kind::fork, whole.step));
-      Launch reduce = scatter;
-      reduce.stream = 1;
-      reduce.collective.op = "reduce";
-      reduce.collective.root = destination;
-      reduce.collective.send_offset = destination * block * whole.gemm.n;
-      out.push_back(std::move(reduce));
+      if (own) out.insert(out.end(), after.begin(), after.end());
+      if (s > 0) {  // what the previous rank summed of this block, received into P[0]
+        out.push_back(stream_edge(Launch::Kind::join, scatter.step));
+        out.push_back(own ? accumulate(modules, scatter.step, type, result, 0, partial, 0, count)
+                          : accumulate(modules, scatter.step, type, partial, in_flight(s) * count, partial, 0, count));
+      }
+      if (!own) {
+        out.push_back(stream_edge(Launch::Kind::fork, scatter.step));
+        Launch exchange = scatter;
+        exchange.stream = 1;
+        exchange.collective.op = "ring_exchange";
+        exchange.collective.send = exchange.collective.recv = partial;
+        exchange.collective.send_offset = in_flight(s) * count;
+        exchange.collective.recv_offset = 0;
+        out.push_back(std::move(exchange));
+      }
     }
-    out.insert(out.end(), after.begin(), after.end());
-    out.push_back(stream_edge(Launch::Kind::join, scatter.step));
   }
   return out;
 }
 
 }  // namespace
 
-void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule) {
+void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule, ModuleTable& modules) {
   if (tp_size < 2) return;
-  launches = overlap_reductions(overlap_gathers(std::move(launches), tp_size, min_rows), tp_size, min_rows);
+  launches = overlap_reductions(overlap_gathers(std::move(launches), tp_size, min_rows), tp_size, min_rows, modules);
   if (std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.stream == 1; }))
     schedule.gpu_buffer_steps = buffer_steps(launches);
 }

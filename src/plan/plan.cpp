@@ -299,10 +299,13 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     const Reader c(r.field("collective"), path + "/collective", file);
     Collective& op = l.collective;
     op.op = c.str("op");
-    TEC_USER_CHECK(op.op == "all_gather" || op.op == "reduce_scatter" || op.op == "all_reduce" || op.op == "reduce" || op.op == "copy",
+    TEC_USER_CHECK(op.op == "all_gather" || op.op == "reduce_scatter" || op.op == "all_reduce" || op.op == "reduce" || op.op == "copy" ||
+                       op.op == "ring_exchange",
                    c.ctx("op"))
-        << "expected all_gather, reduce_scatter, all_reduce, reduce or copy, got '" << op.op << "'";
+        << "expected all_gather, reduce_scatter, all_reduce, reduce, copy or ring_exchange, got '" << op.op << "'";
     op.send_offset = c.optional_integer("send_offset", 0, kMaxArenaBytes);
+    op.recv_offset = c.optional_integer("recv_offset", 0, kMaxArenaBytes);
+    TEC_USER_CHECK(op.recv_offset == 0 || op.op == "ring_exchange", c.ctx("recv_offset")) << "only a ring_exchange receives at an offset";
     op.root = static_cast<int>(c.optional_integer("root", 0, tp_size - 1));
     op.reduce = c.str("reduce");
     TEC_USER_CHECK(op.reduce == "sum" || op.reduce == "max", c.ctx("reduce")) << "expected sum or max, got '" << op.reduce << "'";
@@ -310,7 +313,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     TEC_USER_CHECK(op.dtype == DType::bf16 || op.dtype == DType::fp16 || op.dtype == DType::fp32 || storage_bytes(op.dtype) == 1,
                    c.ctx("dtype"))
         << "collectives move bf16, fp16, fp32 or bytes (FP8), not " << to_string(op.dtype);
-    TEC_USER_CHECK(storage_bytes(op.dtype) != 1 || op.op == "all_gather" || op.op == "copy", c.ctx("dtype"))
+    TEC_USER_CHECK(storage_bytes(op.dtype) != 1 || op.op == "all_gather" || op.op == "copy" || op.op == "ring_exchange", c.ctx("dtype"))
         << "FP8 bytes are gathered or copied, never summed";
     op.send = ref(c.field("send"), "send", false);
     op.recv = ref(c.field("recv"), "recv", true);
@@ -320,13 +323,15 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     const int64_t part = checked_mul(op.count, storage_bytes(op.dtype));
     const int64_t whole = checked_mul(part, tp_size);
     const int64_t send_bytes = checked_add(op.op == "reduce_scatter" ? whole : part, checked_mul(op.send_offset, storage_bytes(op.dtype)));
-    const int64_t recv_bytes = op.op == "all_gather" ? whole : part;
+    const int64_t recv_bytes = checked_add(op.op == "all_gather" ? whole : part, checked_mul(op.recv_offset, storage_bytes(op.dtype)));
     TEC_USER_CHECK(send_bytes <= bytes_of(op.send) && recv_bytes <= bytes_of(op.recv), r.ctx("collective"))
         << op.op << " of " << op.count << " " << to_string(op.dtype) << " per rank over " << tp_size << " ranks reads "
         << send_bytes << " bytes of a " << bytes_of(op.send) << "-byte buffer and writes " << recv_bytes << " bytes of a "
         << bytes_of(op.recv) << "-byte one";
-    TEC_USER_CHECK(op.send != op.recv || (op.op == "all_reduce" && op.send_offset == 0), r.ctx("collective"))
-        << "only an all_reduce works in place";
+    // A ring_exchange may send from one part of a buffer and receive into another.
+    const bool disjoint = op.op == "ring_exchange" && (op.send_offset + op.count <= op.recv_offset || op.recv_offset + op.count <= op.send_offset);
+    TEC_USER_CHECK(op.send != op.recv || (op.op == "all_reduce" && op.send_offset == 0) || disjoint, r.ctx("collective"))
+        << "only an all_reduce works in place (and a ring_exchange from one part of a buffer into another)";
     return l;
   }
   if (l.kind == "attention") {

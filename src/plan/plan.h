@@ -115,12 +115,16 @@ struct KernelArg {
 // maximum (`max`: FP8 current scaling's group-wide amax); copy is the identity half of an
 // all_reduce whose sum is in the other direction.
 struct Collective {
-  std::string op;  // all_gather, reduce_scatter, all_reduce, reduce (to `root` only), copy
+  // all_gather, reduce_scatter, all_reduce, reduce (to `root` only), copy, ring_exchange (send
+  // `count` elements to the next rank, receive as many from the previous one: a step of a ring
+  // reduce-scatter, codegen::CollectiveLaunch)
+  std::string op;
   std::string reduce = "sum";  // sum, max (all_reduce, reduce_scatter)
-  int send = -1, recv = -1;  // buffers; recv == send: in place
+  int send = -1, recv = -1;  // buffers; recv == send: in place (or, ring_exchange, disjoint parts of one buffer)
   int64_t count = 0;
   DType dtype = DType::bf16;
   int64_t send_offset = 0;  // elements into `send`
+  int64_t recv_offset = 0;  // elements into `recv` (ring_exchange)
   int root = 0;             // reduce
 };
 

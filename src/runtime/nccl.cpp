@@ -39,6 +39,8 @@ NcclLibrary open_nccl(const std::string& file, const std::string& needed_for) {
   resolve_symbol(n.library, n.reduce_scatter, "ncclReduceScatter");
   resolve_symbol(n.library, n.all_reduce, "ncclAllReduce");
   resolve_symbol(n.library, n.reduce, "ncclReduce");
+  resolve_symbol(n.library, n.send, "ncclSend");
+  resolve_symbol(n.library, n.recv, "ncclRecv");
   resolve_symbol(n.library, n.group_start, "ncclGroupStart");
   resolve_symbol(n.library, n.group_end, "ncclGroupEnd");
   return n;

@@ -875,7 +875,7 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
 
 void Session::enqueue_collective(const plan::Collective& c, cudaStream_t stream, const std::string& where) {
   void* send = static_cast<char*>(address(c.send)) + c.send_offset * storage_bytes(c.dtype);
-  void* recv = address(c.recv);
+  void* recv = static_cast<char*>(address(c.recv)) + c.recv_offset * storage_bytes(c.dtype);
   const auto count = static_cast<size_t>(c.count);
   if (c.op == "copy") {
     TEC_CUDA(cudaMemcpyAsync(recv, send, count * static_cast<size_t>(storage_bytes(c.dtype)), cudaMemcpyDeviceToDevice, stream),
@@ -896,7 +896,15 @@ void Session::enqueue_collective(const plan::Collective& c, cudaStream_t stream,
   else if (c.op == "reduce")
     check_nccl(n, group_.comm, n.reduce(send, recv, count, type, reduce, c.root, group_.comm, stream), "ncclReduce", where,
                kEnqueueSeconds);
-  else if (c.op == "reduce_scatter")
+  else if (c.op == "ring_exchange") {
+    // One group, so that every rank's send meets its neighbour's recv whatever the order.
+    const int ranks = static_cast<int>(plan_->tp_size), rank = group_.rank;
+    check_nccl(n, group_.comm, n.group_start(), "ncclGroupStart", where, kEnqueueSeconds);
+    check_nccl(n, group_.comm, n.send(send, count, type, (rank + 1) % ranks, group_.comm, stream), "ncclSend", where, kEnqueueSeconds);
+    check_nccl(n, group_.comm, n.recv(recv, count, type, (rank + ranks - 1) % ranks, group_.comm, stream), "ncclRecv", where,
+               kEnqueueSeconds);
+    check_nccl(n, group_.comm, n.group_end(), "ncclGroupEnd", where, kEnqueueSeconds);
+  } else if (c.op == "reduce_scatter")
     check_nccl(n, group_.comm, n.reduce_scatter(send, recv, count, type, reduce, group_.comm, stream), "ncclReduceScatter", where,
                kEnqueueSeconds);
   else

@@ -231,7 +231,11 @@ std::vector<std::string> collectives_of(const CompiledProfile& p, const std::str
     if (l.kind != codegen::Launch::Kind::collective || p.schedule.steps.at(static_cast<size_t>(l.step)).name != step) continue;
     const codegen::CollectiveLaunch& c = l.collective;
     out.push_back(c.op + " " + c.reduce + " " + std::to_string(c.count) + " " + std::string(to_string(c.dtype)) +
-                  (c.send == c.recv ? " in place" : "") + (c.op == "reduce" ? " to rank " + std::to_string(c.root) : "") +
+                  (c.send == c.recv && c.op != "ring_exchange" ? " in place" : "") +
+                  (c.op == "reduce" ? " to rank " + std::to_string(c.root) : "") +
+                  (c.op == "ring_exchange" ? " from +" + std::to_string(c.send_offset) + (c.send == c.recv ? " into +" : " into another buffer +") +
+                                                 std::to_string(c.recv_offset)
+                                           : "") +
                   (l.stream == 1 ? " on the side stream" : ""));
   }
   return out;
@@ -254,14 +258,15 @@ TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gat
     const auto& launches = loaded.profiles.at(0).launches;
     CHECK(std::count_if(launches.begin(), launches.end(), [](const plan::Launch& l) { return l.kind == "collective"; }) == 3);
   }
-  SUBCASE("--tp-overlap on: the gather beside fc1's own rows, a reduction per destination beside fc2's next block") {
+  SUBCASE("--tp-overlap on: the gather beside fc1's own rows; fc2's reduce-scatter a ring, the peer's block sent while the own block computes") {
     const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_current);
     const CompiledProfile& p = r.profiles.at(0);
     REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
     CHECK(collectives_of(p, "fc1.all_gather") ==
           std::vector<std::string>{"all_reduce max 1 fp32 in place", "all_gather sum 8192 fp8_e4m3 on the side stream"});
-    CHECK(collectives_of(p, "fc2.reduce_scatter") == std::vector<std::string>{"reduce sum 8192 bf16 to rank 0 on the side stream",
-                                                                                "reduce sum 8192 bf16 to rank 1 on the side stream"});
+    // The partial sums' block 1 holds the peer's block (sent), block 0 what the peer sent back.
+    CHECK(collectives_of(p, "fc2.reduce_scatter") ==
+          std::vector<std::string>{"ring_exchange sum 8192 bf16 from +8192 into +0 on the side stream"});
     // The launches in order, kinds and row blocks: fc1's block of this rank's rows reads the
     // rank's own codes while they are gathered, the peer's block reads the gathered tensor.
     std::vector<std::string> order;
@@ -270,16 +275,19 @@ TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gat
       if (l.kind == codegen::Launch::Kind::collective && l.collective.op == "all_gather") gather = &l;
       if (l.kind == codegen::Launch::Kind::fork || l.kind == codegen::Launch::Kind::join) order.push_back(std::string(codegen::to_string(l.kind)));
       if (l.kind == codegen::Launch::Kind::collective && l.stream == 1) order.push_back(l.collective.op);
+      if (l.kind == codegen::Launch::Kind::kernel && l.entry == "tec_accumulate") order.push_back("accumulate");
       if (l.kind != codegen::Launch::Kind::gemm) continue;
       const codegen::GemmLaunch& g = l.gemm;
       order.push_back("gemm m=" + std::to_string(g.m) + (g.b.buffer == (gather ? gather->collective.send : "") ? " own rows" : "") +
                       " x+" + std::to_string(g.x_rows.fixed) + "/" + std::to_string(g.x_rows.per_rank) + "s" + std::to_string(g.x_rows.shift) +
                       " d+" + std::to_string(g.d_rows.fixed) + "/" + std::to_string(g.d_rows.per_rank) + "s" + std::to_string(g.d_rows.shift));
     }
+    // fc2: the peer's rows (shift 1) into block 1 of the partial sums, sent while the own rows
+    // (shift 0) compute into the output, which then adds what the peer sent.
     CHECK(order == std::vector<std::string>{"fork", "all_gather", "gemm m=32 own rows x+0/0s0 d+0/32s0", "join",
                                             "gemm m=32 x+0/32s1 d+0/32s1",
-                                            "gemm m=32 x+0/0s0 d+0/0s0", "fork", "reduce", "gemm m=32 x+32/0s0 d+32/0s0", "fork", "reduce",
-                                            "join"});
+                                            "gemm m=32 x+0/32s1 d+32/0s0", "fork", "ring_exchange", "gemm m=32 x+0/32s0 d+0/0s0", "join",
+                                            "accumulate"});
   }
   SUBCASE("fp8-delayed: the local amax record maxed over the group, the codes gathered") {
     const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_delayed);
@@ -354,12 +362,28 @@ TEST_CASE("the plan reader checks every collective launch against its buffers an
         }).find("GEMM operand b needs 96x") != std::string::npos);
   CHECK(launches_error([](nlohmann::json& l) {
           for (auto& x : l)
-            if (x["kind"] == "collective" && x["collective"]["op"] == "reduce") x["collective"]["root"] = 2;
+            if (x["kind"] == "collective" && x["collective"]["op"] == "ring_exchange") {
+              x["collective"]["op"] = "reduce";
+              x["collective"]["root"] = 2;
+            }
         }).find("expected an integer in [0, 1]") != std::string::npos);
   CHECK(launches_error([](nlohmann::json& l) {
           for (auto& x : l)
-            if (x["kind"] == "collective" && x["collective"]["op"] == "reduce") x["collective"]["send_offset"] = 8193;
+            if (x["kind"] == "collective" && x["collective"]["op"] == "ring_exchange") x["collective"]["send_offset"] = 8193;
         }).find("reads 32770 bytes") != std::string::npos);
+  // A ring exchange within one buffer: the part received into must not be the part sent.
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "collective" && x["collective"]["op"] == "ring_exchange") x["collective"]["recv_offset"] = 4096;
+        }).find("only an all_reduce works in place (and a ring_exchange") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "collective" && x["collective"]["op"] == "ring_exchange") x["collective"]["recv_offset"] = 8193;
+        }).find("writes 32770 bytes") != std::string::npos);
+  CHECK(launches_error([](nlohmann::json& l) {
+          for (auto& x : l)
+            if (x["kind"] == "collective" && x["collective"]["op"] == "all_gather") x["collective"]["recv_offset"] = 1;
+        }).find("only a ring_exchange receives at an offset") != std::string::npos);
 }
 
 TEST_CASE("--tp on an ONNX model is refused: ONNX marks no linear parallel") {
