@@ -289,6 +289,34 @@ TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gat
                                             "gemm m=32 x+0/32s1 d+32/0s0", "fork", "ring_exchange", "gemm m=32 x+0/32s0 d+0/0s0", "join",
                                             "accumulate"});
   }
+  SUBCASE("--tp-overlap on, four ranks: fc2's ring runs three exchanges, its blocks in the order rank - 1, - 2, - 3, own") {
+    const CompileResult r = lowered_tp(tp_mlp(4, true), RecipeKind::bf16);
+    const CompiledProfile& p = r.profiles.at(0);
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    // [64, 256] partial sums, blocks of 16 rows = 4096 elements: block 0 receives, blocks 1 and 2
+    // take turns for the running sums in flight.
+    CHECK(collectives_of(p, "fc2.reduce_scatter") == std::vector<std::string>{"ring_exchange sum 4096 bf16 from +4096 into +0 on the side stream",
+                                                                                "ring_exchange sum 4096 bf16 from +8192 into +0 on the side stream",
+                                                                                "ring_exchange sum 4096 bf16 from +4096 into +0 on the side stream"});
+    std::vector<std::string> order;
+    std::string partial;  // the first block's D: the partial sums
+    for (const codegen::Launch& l : p.gpu.launches) {
+      const std::string& step = p.schedule.steps.at(static_cast<size_t>(l.step)).name;
+      if (partial.empty() && step == "fc2" && l.kind == codegen::Launch::Kind::gemm) partial = l.gemm.d;
+      if (partial.empty()) continue;
+      if (l.kind == codegen::Launch::Kind::fork || l.kind == codegen::Launch::Kind::join) order.push_back(std::string(codegen::to_string(l.kind)));
+      if (l.kind == codegen::Launch::Kind::collective) order.push_back(l.collective.op);
+      if (l.kind == codegen::Launch::Kind::kernel && l.entry == "tec_accumulate") order.push_back("accumulate");
+      if (l.kind == codegen::Launch::Kind::gemm)
+        order.push_back("gemm x block s" + std::to_string(l.gemm.x_rows.shift) + " -> " +
+                        (l.gemm.d == partial ? "partial+" + std::to_string(l.gemm.d_rows.fixed) : "the output"));
+    }
+    // x rows (rank + shift) % 4: rank - 1, - 2, - 3, then its own, straight into the output.
+    CHECK(order == std::vector<std::string>{"gemm x block s3 -> partial+16", "fork", "ring_exchange",
+                                            "gemm x block s2 -> partial+32", "join", "accumulate", "fork", "ring_exchange",
+                                            "gemm x block s1 -> partial+16", "join", "accumulate", "fork", "ring_exchange",
+                                            "gemm x block s0 -> the output", "join", "accumulate"});
+  }
   SUBCASE("fp8-delayed: the local amax record maxed over the group, the codes gathered") {
     const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_delayed);
     REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
