@@ -88,9 +88,11 @@ for model, recipe, extra in plans:
         launches = [l for p in manifest["profiles"] for l in p["gpu"]["launches"]]
         ops = [l["collective"]["op"] for l in launches if l["kind"] == "collective"]
         if "--tp-overlap" in extra:
-            expect("the overlapped TP plan forks a side stream for the gather and the reductions, and joins it",
-                   ops == ["all_gather", "reduce", "reduce"] and [l["kind"] for l in launches].count("join") == 2 and
-                   any("x_rows" in l.get("gemm", {}) for l in launches))
+            exchanges = [l["collective"] for l in launches if l["kind"] == "collective" and l["collective"]["op"] == "ring_exchange"]
+            expect("the overlapped TP plan forks a side stream for the gather and the ring's exchange, joins it, and sums what arrived",
+                   ops == ["all_gather", "ring_exchange"] and [l["kind"] for l in launches].count("join") == 2 and
+                   any("x_rows" in l.get("gemm", {}) for l in launches) and exchanges[0].get("send_offset", 0) > 0 and
+                   any(l.get("entry") == "tec_accumulate" for l in launches))
         else:
             expect("the TP plan's launches hold its collectives: the amax all-reduce, the FP8 all-gather, the reduce-scatter",
                    manifest["tp_size"] == 2 and ops == ["all_reduce", "all_gather", "reduce_scatter"])
