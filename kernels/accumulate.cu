@@ -1,10 +1,10 @@
-// dst[i] += src[i] over TEC_COUNT elements (TEC_DTYPE 0 bf16, 1 fp16, 2 fp32), from element
-// TEC_DST_OFFSET of slot 0 and TEC_SRC_OFFSET of slot 1: the sums of the
-// ring reduce-scatter that overlaps a row-parallel GEMM (src/codegen/overlap.cpp), a received
-// partial added into this rank's. Each sum is rounded once (fma.rn / add.rn with 1.0 as the
-// factor), as NCCL's own bf16 and fp16 sums, so a two-rank reduce-scatter gives the bytes of
-// ncclReduceScatter. TEC_COUNT and the offsets are whole 16-byte vectors, the buffers 16-byte aligned.
-// Slots: 0 dst, 1 src.
+// dst[i] += src[i] over TEC_COUNT elements (TEC_DTYPE 0 bf16, 1 fp16, 2 fp32: codegen's
+// kernel_dtype_code), from element TEC_DST_OFFSET of slot 0 and TEC_SRC_OFFSET of slot 1: the
+// sums of the ring reduce-scatter that overlaps a row-parallel GEMM (src/codegen/overlap.cpp),
+// a received partial added into this rank's. Each sum is rounded once (fma.rn / add.rn with 1.0
+// as the factor), as NCCL's own bf16 and fp16 sums, so a two-rank reduce-scatter gives the bytes
+// of ncclReduceScatter. TEC_COUNT and the offsets are whole 16-byte vectors, the buffers 16-byte
+// aligned. Slots: 0 dst, 1 src.
 #include "common.cuh"
 
 struct TecAccumulateArgs {

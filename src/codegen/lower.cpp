@@ -31,6 +31,13 @@ std::string_view to_string(Launch::Kind kind) {
   return "?";
 }
 
+int kernel_dtype_code(DType d) {
+  if (d == DType::bf16) return 0;
+  if (d == DType::fp16) return 1;
+  if (d == DType::fp32) return 2;
+  return -1;
+}
+
 int ModuleTable::add(const KernelRequest& request) {
   for (size_t i = 0; i < requests_.size(); ++i)
     if (requests_[i].source == request.source && requests_[i].defines == request.defines &&
@@ -53,12 +60,11 @@ std::string float_literal(double v) {
   return text;
 }
 
-// kernels/row.cu's dtype codes (TEC_IN_DTYPE, TEC_PARAM_DTYPE, TEC_OUT).
+// kernel_dtype_code, or NotLowered naming `what`.
 int dtype_code(DType d, const std::string& what) {
-  if (d == DType::bf16) return 0;
-  if (d == DType::fp16) return 1;
-  if (d == DType::fp32) return 2;
-  throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16, fp16 or fp32"};
+  const int code = kernel_dtype_code(d);
+  if (code < 0) throw NotLowered{what + " is " + std::string(to_string(d)) + "; the GPU kernels take bf16, fp16 or fp32"};
+  return code;
 }
 
 // A list of integers as a C array initializer for a define: "2LL,16LL,128LL".

@@ -124,6 +124,10 @@ struct Launch {
 };
 std::string_view to_string(Launch::Kind kind);
 
+// The kernels' dtype codes (row.cu's TEC_IN_DTYPE, TEC_PARAM_DTYPE, TEC_OUT; accumulate.cu's
+// TEC_DTYPE): bf16 0, fp16 1, fp32 2; -1 for a type they do not take.
+int kernel_dtype_code(DType d);
+
 struct GpuLowering {
   bool supported = false;
   std::string reason = "not lowered";  // why not, naming the step and op

@@ -124,7 +124,7 @@ Launch accumulate(ModuleTable& modules, int step, DType type, const std::string&
   l.step = step;
   l.module = modules.add(KernelRequest{"accumulate.cu",
                                        {"TEC_COUNT=" + std::to_string(count) + "LL",
-                                        "TEC_DTYPE=" + std::string(type == DType::bf16 ? "0" : type == DType::fp16 ? "1" : "2"),
+                                        "TEC_DTYPE=" + std::to_string(kernel_dtype_code(type)),
                                         "TEC_DST_OFFSET=" + std::to_string(dst_offset) + "LL",
                                         "TEC_SRC_OFFSET=" + std::to_string(src_offset) + "LL"},
                                        ""});
@@ -160,7 +160,7 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
     while (k > 0 && !references(out[k - 1], partial)) --k;
     if (k == 0 || !splittable(out[k - 1], tp, min_rows) || out[k - 1].gemm.d != partial || !out[k - 1].gemm.c.empty() ||
         out[k - 1].gemm.d_type != type || out[k - 1].gemm.m * out[k - 1].gemm.n != count * tp ||
-        (type != DType::bf16 && type != DType::fp16 && type != DType::fp32) || count * storage_bytes(type) % 16 != 0 ||
+        kernel_dtype_code(type) < 0 || count * storage_bytes(type) % 16 != 0 ||
         std::any_of(out.begin() + static_cast<std::ptrdiff_t>(k), out.end(), [&](const Launch& l) { return references(l, result); })) {
       out.push_back(std::move(scatter));
       continue;
