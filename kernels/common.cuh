@@ -32,6 +32,15 @@ __device__ __forceinline__ float tec_fp16_to_float(u16 h) {
   return (h & 0x8000u) ? -v : v;
 }
 
+// Element `index` of a bf16 (kDtype 0), fp16 (1) or fp32 (2) array, in fp32 (the kernels' dtype
+// codes: codegen's kernel_dtype_code).
+template <int kDtype>
+__device__ __forceinline__ float tec_load(const void* base, i64 index) {
+  if (kDtype == 2) return ((const float*)base)[index];
+  if (kDtype == 1) return tec_fp16_to_float(((const u16*)base)[index]);
+  return tec_bf16_to_float(((const u16*)base)[index]);
+}
+
 // Round to nearest even and saturate like cvt.rn.satfinite: NaN -> 0x7F, |x| past max -> max.
 template <int kMantissa, int kBias, u32 kMaxCode>
 __device__ __forceinline__ u8 tec_encode_fp8(float x) {

@@ -9,7 +9,8 @@
 // bits could differ (the verified fast SiLU, below tec_store_row).
 //
 // Producers (TEC_PRODUCER): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
-// 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias, 8 scale (TEC_SCALE), 9 dequantize
+// 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias (TEC_RESIDUAL: then + the residual in
+// slot 2, of dtype TEC_RESIDUAL_DTYPE: a fused step [bias, add]), 8 scale (TEC_SCALE), 9 dequantize
 // (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
 // ops: 10 unary math (TEC_UNARY), 11 binary with numpy broadcasting (TEC_BINARY; the output's
 // dims TEC_BCAST_DIMS and each operand's element strides into them, 0 where it broadcasts),
@@ -52,6 +53,9 @@
 // pass: a memset node cost ~2 us in a replayed graph on the H100, a kernel node ~1 us.
 #include "common.cuh"
 #include "tec_math.h"
+#ifndef TEC_RESIDUAL
+#define TEC_RESIDUAL 0
+#endif
 #ifndef TEC_OUT_MID_M_TILES
 #define TEC_OUT_MID_M_TILES 0
 #endif
@@ -80,13 +84,6 @@ __device__ __forceinline__ i64 tec_strided_offset(i64 e, const i64 (&dims)[kRank
 #ifndef TEC_AMAX_PARTIALS
 #define TEC_AMAX_PARTIALS 0
 #endif
-
-template <int kDtype>
-__device__ __forceinline__ float tec_load(const void* base, i64 index) {
-  if (kDtype == 2) return ((const float*)base)[index];
-  if (kDtype == 1) return tec_fp16_to_float(((const u16*)base)[index]);
-  return tec_bf16_to_float(((const u16*)base)[index]);
-}
 
 __device__ __forceinline__ float tec_decode_fp8(u8 code) {
 #if TEC_DQ_FP8_E4M3
@@ -214,7 +211,12 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #elif TEC_PRODUCER == 6
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_N + i));
 #elif TEC_PRODUCER == 7
-  return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), tec_load<TEC_PARAM_DTYPE>(in1, i));
+  const float biased = tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), tec_load<TEC_PARAM_DTYPE>(in1, i));
+#if TEC_RESIDUAL
+  return biased + tec_load<TEC_RESIDUAL_DTYPE>(in2, row.r * TEC_N + i);
+#else
+  return biased;
+#endif
 #elif TEC_PRODUCER == 8
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), 0.0f);
 #elif TEC_PRODUCER == 10
@@ -464,12 +466,18 @@ __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& 
     v[k] = tec_elementwise(x[k], y[k]);
 #endif
   }
+#if TEC_PRODUCER == 7 && TEC_RESIDUAL
+  float residual[8];
+  tec_load8<TEC_RESIDUAL_DTYPE>((const void*)args.slot[2], row.r * TEC_N + i, residual);
+#pragma unroll
+  for (int k = 0; k < 8; ++k) v[k] += residual[k];
+#endif
 #endif
 }
 
 __device__ __forceinline__ bool tec_vector_aligned(const TecArgs& args) {
-#if TEC_PRODUCER == 2
-  if (args.slot[2] & 15) return false;  // layernorm's beta
+#if TEC_PRODUCER == 2 || (TEC_PRODUCER == 7 && TEC_RESIDUAL)
+  if (args.slot[2] & 15) return false;  // layernorm's beta, the residual
 #endif
   return ((args.slot[0] | args.slot[1] | args.slot[3]) & 15) == 0;
 }

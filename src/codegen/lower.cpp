@@ -678,7 +678,11 @@ class StepLowering {
     if (first.op == "moe_permute") return lower_moe_permute(first);
     if (first.op == "moe_unpermute") return lower_moe_unpermute(first);
     if (first.op == "attention") return lower_attention(first);
-    if (step_.nodes.size() > 2 || (step_.nodes.size() == 2 && node(1).op != "quantize"))
+    // A bias may carry the residual add after it (the fusion pass's [bias, add]); then a quantize.
+    const Node* residual_add = first.op == "bias" && step_.nodes.size() >= 2 && node(1).op == "add" ? &node(1) : nullptr;
+    const Value* residual = residual_add ? &input(*residual_add, residual_add->inputs.at(0) == first.outputs.at(0) ? 1 : 0) : nullptr;
+    const size_t fused = residual_add ? 2 : 1;
+    if (step_.nodes.size() > fused + 1 || (step_.nodes.size() == fused + 1 && node(fused).op != "quantize"))
       throw NotLowered{"step '" + step_.name + "' chains ops the row kernel does not fuse yet"};
     const Value& out = output(g_.node(step_.nodes.back()));
     const Value& x = input(first, 0);
@@ -710,6 +714,11 @@ class StepLowering {
     } else if (op == "bias") {
       p.defines = {"TEC_PRODUCER=7", in_dtype(), param_dtype(1)};
       p.inputs = {buf(data(x)), buf(data(input(first, 1))), {}};
+      if (residual) {
+        if (residual->proto.shape != x.proto.shape) throw NotLowered{"add '" + residual_add->name + "' broadcasts"};
+        p.defines.insert(p.defines.end(), {"TEC_RESIDUAL=1", "TEC_RESIDUAL_DTYPE=" + std::to_string(dtype_code(residual->proto.dtype, "residual '" + residual->name + "'"))});
+        p.inputs[2] = buf(data(*residual));
+      }
     } else if (op == "scale") {
       p.defines = {"TEC_PRODUCER=8", in_dtype(), "TEC_SCALE=" + float_literal(first.attrs.get_float("scale", 1.0))};
       p.inputs = {buf(data(x)), {}, {}};
@@ -743,7 +752,11 @@ class StepLowering {
     } else {
       throw NotLowered{"op '" + op + "' (node '" + first.name + "') has no GPU kernel yet"};
     }
+    const size_t launches_before = out_.size();
     emit_row(p, out);
+    if (op == "bias" && !out.proto.quantizer && out.proto.dtype == x.proto.dtype && out_.size() == launches_before + 1)
+      out_.back().adds = RowAdds{data(x), p.inputs[1].buffer, p.inputs[2].buffer, data(out), x.proto.dtype, input(first, 1).proto.dtype,
+                                 residual ? residual->proto.dtype : x.proto.dtype, x.proto.shape.cols()};
   }
 
   // A backward node (train plans): its outputs are the gradients of the forward input slots in

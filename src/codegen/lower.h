@@ -6,6 +6,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -97,6 +98,15 @@ struct AttentionLaunch {
   std::string d_o, dq, dk, dv;  // backward only
 };
 
+// A row kernel that adds only a bias row and a residual to `input` (a step [bias, add] after a
+// row-parallel GEMM's reduce-scatter): overlap_collectives may fold it into the ring's last
+// sum. In memory only; a plan does not hold it.
+struct RowAdds {
+  std::string input, bias, residual, output;  // residual: "" for none
+  DType type = DType::bf16, bias_type = DType::bf16, residual_type = DType::bf16;  // type: input's and output's
+  int64_t cols = 0;                                                                // the bias's length
+};
+
 struct Launch {
   // fork: the side stream waits for the work so far on the main stream; join: the main stream
   // waits for the side stream's. Inside the CUDA graph they are its edges.
@@ -121,6 +131,7 @@ struct Launch {
   std::string buffer;  // memset: zeroed
   CollectiveLaunch collective;
   AttentionLaunch attention;
+  std::optional<RowAdds> adds;
 };
 std::string_view to_string(Launch::Kind kind);
 

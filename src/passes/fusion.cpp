@@ -139,6 +139,17 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
         fused = true;
       }
       if (fused) continue;
+      // A row-parallel linear's bias, added after its reduce-scatter (tensor parallel), and the
+      // residual after it: one row kernel.
+      for (int slot = 0; slot < 2 && !fused; ++slot) {
+        const int st = joinable(slot);
+        if (st < 0 || s.steps[static_cast<size_t>(st)].kind != StepKind::kernel || s.steps[static_cast<size_t>(st)].nodes.size() != 1) continue;
+        const Node& bias = g.node(s.steps[static_cast<size_t>(st)].nodes[0]);
+        if (bias.op != "bias" || g.value(node.inputs[0]).proto.shape != g.value(node.inputs[1]).proto.shape) continue;
+        join(st, n, node.inputs[static_cast<size_t>(slot)], "residual add fused into " + bias.name + " (one row kernel: the bias, then the residual)");
+        fused = true;
+      }
+      if (fused) continue;
     }
     if (node.op == "quantize") {
       const int st = joinable(0);
