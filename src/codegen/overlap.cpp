@@ -116,24 +116,56 @@ std::vector<Launch> overlap_gathers(std::vector<Launch> in, int64_t tp, int64_t 
   return out;
 }
 
-// dst[dst_offset ...] += src[src_offset ...] over `count` elements (kernels/accumulate.cu).
-Launch accumulate(ModuleTable& modules, int step, DType type, const std::string& dst, int64_t dst_offset, const std::string& src,
-                  int64_t src_offset, int64_t count) {
+// out[out_offset ...] = a[a_offset ...] + b[b_offset ...] over `count` elements
+// (kernels/accumulate.cu), + the bias and the residual of `adds` when the sum takes a row
+// kernel's work over.
+struct Sum {
+  std::string out;
+  int64_t out_offset = 0;
+  std::string a;
+  int64_t a_offset = 0;
+  std::string b;
+  int64_t b_offset = 0;
+};
+Launch accumulate(ModuleTable& modules, int step, DType type, int64_t count, const Sum& sum, const RowAdds* adds = nullptr) {
   Launch l;
   l.kind = Launch::Kind::kernel;
   l.step = step;
-  l.module = modules.add(KernelRequest{"accumulate.cu",
-                                       {"TEC_COUNT=" + std::to_string(count) + "LL",
-                                        "TEC_DTYPE=" + std::to_string(kernel_dtype_code(type)),
-                                        "TEC_DST_OFFSET=" + std::to_string(dst_offset) + "LL",
-                                        "TEC_SRC_OFFSET=" + std::to_string(src_offset) + "LL"},
-                                       ""});
+  std::vector<std::string> defines = {"TEC_COUNT=" + std::to_string(count) + "LL", "TEC_DTYPE=" + std::to_string(kernel_dtype_code(type)),
+                                      "TEC_OUT_OFFSET=" + std::to_string(sum.out_offset) + "LL",
+                                      "TEC_A_OFFSET=" + std::to_string(sum.a_offset) + "LL",
+                                      "TEC_B_OFFSET=" + std::to_string(sum.b_offset) + "LL"};
+  l.args = {LaunchArg{LaunchArg::Kind::buffer, sum.out, 0}, LaunchArg{LaunchArg::Kind::buffer, sum.a, 0},
+            LaunchArg{LaunchArg::Kind::buffer, sum.b, 0}, LaunchArg{}, LaunchArg{}};
+  if (adds) {
+    defines.insert(defines.end(), {"TEC_BIAS=1", "TEC_BIAS_DTYPE=" + std::to_string(kernel_dtype_code(adds->bias_type)),
+                                   "TEC_COLS=" + std::to_string(adds->cols) + "LL"});
+    l.args[3] = LaunchArg{LaunchArg::Kind::buffer, adds->bias, 0};
+    if (!adds->residual.empty()) {
+      defines.insert(defines.end(), {"TEC_RESIDUAL=1", "TEC_RESIDUAL_DTYPE=" + std::to_string(kernel_dtype_code(adds->residual_type))});
+      l.args[4] = LaunchArg{LaunchArg::Kind::buffer, adds->residual, 0};
+    }
+  }
+  l.module = modules.add(KernelRequest{"accumulate.cu", std::move(defines), ""});
   l.entry = "tec_accumulate";
   const int64_t vectors = count * storage_bytes(type) / 16;
   l.grid = {std::min<int64_t>((vectors + 255) / 256, 1024), 1, 1};
   l.block = {256, 1, 1};
-  l.args = {LaunchArg{LaunchArg::Kind::buffer, dst, 0}, LaunchArg{LaunchArg::Kind::buffer, src, 0}};
   return l;
+}
+
+// The row kernel right after a reduce-scatter into `result` of `count` elements, if the ring's
+// last sum can do its work: it adds a bias row (and a residual) to `result` alone, in the
+// sum's dtype, with whole 16-byte vectors per bias row.
+const RowAdds* foldable(const std::vector<Launch>& in, size_t next, const std::string& result, DType type, int64_t count) {
+  if (next >= in.size() || !in[next].adds || in[next].stream != 0) return nullptr;
+  const RowAdds& adds = *in[next].adds;
+  const int64_t lanes = 16 / storage_bytes(type);
+  if (adds.input != result || adds.type != type || adds.cols <= 0 || adds.cols % lanes != 0 || count % adds.cols != 0 ||
+      kernel_dtype_code(adds.bias_type) < 0 || (!adds.residual.empty() && kernel_dtype_code(adds.residual_type) < 0) ||
+      adds.output == result || adds.residual == result)
+    return nullptr;
+  return &adds;
 }
 
 // Reduce-scatters of a GEMM's output, as a ring: rank r computes its blocks of rows in the
@@ -143,7 +175,7 @@ Launch accumulate(ModuleTable& modules, int step, DType type, const std::string&
 // data both ways at once. The partial buffer P holds the N blocks: P[0] receives, P[1] and
 // P[2] take turns for the blocks in flight; the own block is written into the output, which
 // the last exchange's sum completes. Two ranks: one exchange, one sum.
-std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64_t min_rows, ModuleTable& modules) {
+std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64_t min_rows, ModuleTable& modules, Schedule& schedule) {
   std::vector<Launch> out;
   for (size_t i = 0; i < in.size(); ++i) {
     Launch& scatter = in[i];
@@ -166,6 +198,8 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
       continue;
     }
     const Launch whole = out[k - 1];
+    const RowAdds* fold = foldable(in, i + 1, result, type, count);
+    const int fold_step = fold ? in[i + 1].step : -1;
     const std::vector<Launch> after(std::make_move_iterator(out.begin() + static_cast<std::ptrdiff_t>(k)), std::make_move_iterator(out.end()));
     out.resize(k - 1);
     const int64_t block = whole.gemm.m / tp;
@@ -185,8 +219,12 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
       if (own) out.insert(out.end(), after.begin(), after.end());
       if (s > 0) {  // what the previous rank summed of this block, received into P[0]
         out.push_back(stream_edge(Launch::Kind::join, scatter.step));
-        out.push_back(own ? accumulate(modules, scatter.step, type, result, 0, partial, 0, count)
-                          : accumulate(modules, scatter.step, type, partial, in_flight(s) * count, partial, 0, count));
+        if (own && fold)
+          out.push_back(accumulate(modules, fold_step, type, count, {fold->output, 0, result, 0, partial, 0}, fold));
+        else if (own)
+          out.push_back(accumulate(modules, scatter.step, type, count, {result, 0, result, 0, partial, 0}));
+        else
+          out.push_back(accumulate(modules, scatter.step, type, count, {partial, in_flight(s) * count, partial, in_flight(s) * count, partial, 0}));
       }
       if (!own) {
         out.push_back(stream_edge(Launch::Kind::fork, scatter.step));
@@ -199,6 +237,13 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
         out.push_back(std::move(exchange));
       }
     }
+    if (fold) {
+      Step& step = schedule.steps.at(static_cast<size_t>(fold_step));
+      step.fusions.push_back("gpu: its bias" + std::string(fold->residual.empty() ? "" : " and residual") + " added by " +
+                             schedule.steps.at(static_cast<size_t>(scatter.step)).name + "'s last ring sum (one pass over '" +
+                             fold->output + "'; '" + result + "' keeps this rank's own partial)");
+      ++i;  // the row kernel, done
+    }
   }
   return out;
 }
@@ -207,7 +252,7 @@ std::vector<Launch> overlap_reductions(std::vector<Launch> in, int64_t tp, int64
 
 void overlap_collectives(std::vector<Launch>& launches, int64_t tp_size, int64_t min_rows, Schedule& schedule, ModuleTable& modules) {
   if (tp_size < 2) return;
-  launches = overlap_reductions(overlap_gathers(std::move(launches), tp_size, min_rows), tp_size, min_rows, modules);
+  launches = overlap_reductions(overlap_gathers(std::move(launches), tp_size, min_rows), tp_size, min_rows, modules, schedule);
   if (std::any_of(launches.begin(), launches.end(), [](const Launch& l) { return l.stream == 1; }))
     schedule.gpu_buffer_steps = buffer_steps(launches);
 }

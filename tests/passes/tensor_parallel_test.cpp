@@ -317,6 +317,49 @@ TEST_CASE("TP plans lower to NCCL launches where TE communicates; an FP8 all-gat
                                             "gemm x block s1 -> partial+16", "join", "accumulate", "fork", "ring_exchange",
                                             "gemm x block s0 -> the output", "join", "accumulate"});
   }
+  SUBCASE("fc2's bias and the residual after the reduce-scatter: one row kernel, or with the ring its last sum") {
+    std::string graph = tp_mlp(2, true);
+    graph.replace(graph.find(R"(}}], "outputs": ["fc2"]})"), std::string::npos,
+                  R"(}}, {"name": "y", "op": "add", "inputs": ["fc2", "x"]}], "outputs": ["y"]})");
+    auto launches_of_step = [](const CompiledProfile& p, const std::string& step) {
+      std::vector<const codegen::Launch*> out;
+      for (const codegen::Launch& l : p.gpu.launches)
+        if (l.step >= 0 && p.schedule.steps.at(static_cast<size_t>(l.step)).name == step) out.push_back(&l);
+      return out;
+    };
+    auto defines_of = [](const CompileResult& r, const codegen::Launch& l) { return r.code.modules.at(static_cast<size_t>(l.module)).defines; };
+    auto has = [](const std::vector<std::string>& defines, const std::string& d) { return std::find(defines.begin(), defines.end(), d) != defines.end(); };
+    for (const bool overlap : {false, true}) {
+      CAPTURE(overlap);
+      const CompileResult r = lowered_tp(graph, RecipeKind::bf16, Mode::infer, overlap);
+      const CompiledProfile& p = r.profiles.at(0);
+      REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+      const auto step = std::find_if(p.schedule.steps.begin(), p.schedule.steps.end(), [](const Step& s) { return s.name == "fc2.add_bias+y"; });
+      REQUIRE(step != p.schedule.steps.end());
+      CHECK(step->fusions.at(0) == "residual add fused into fc2.add_bias (one row kernel: the bias, then the residual)");
+      const auto launches = launches_of_step(p, "fc2.add_bias+y");
+      REQUIRE(launches.size() == 1);
+      const codegen::Launch& l = *launches[0];
+      if (!overlap) {  // after ncclReduceScatter: the row kernel, bias in slot 1, residual in slot 2
+        CHECK(l.entry == "tec_row");
+        CHECK(has(defines_of(r, l), "TEC_PRODUCER=7"));
+        CHECK(has(defines_of(r, l), "TEC_RESIDUAL=1"));
+        CHECK(l.args.at(2).buffer == "x.data");
+        continue;
+      }
+      // The ring's last sum: the output = this rank's own block + what the peer sent + bias + x.
+      CHECK(l.entry == "tec_accumulate");
+      const auto defines = defines_of(r, l);
+      CHECK((has(defines, "TEC_BIAS=1") && has(defines, "TEC_RESIDUAL=1") && has(defines, "TEC_COLS=256LL")));
+      REQUIRE(l.args.size() == 5);
+      CHECK(l.args[0].buffer == "y.data");
+      CHECK(l.args[1].buffer == "fc2.reduced.data");
+      CHECK(l.args[4].buffer == "x.data");
+      CHECK(step->fusions.back().find("added by fc2.reduce_scatter's last ring sum") != std::string::npos);
+      // Nothing else adds into the output: the reduce-scatter step's launches end in the exchange's join.
+      CHECK(launches_of_step(p, "fc2.reduce_scatter").back()->kind == codegen::Launch::Kind::join);
+    }
+  }
   SUBCASE("fp8-delayed: the local amax record maxed over the group, the codes gathered") {
     const CompileResult r = lowered_tp(tp_mlp(2, true), RecipeKind::fp8_delayed);
     REQUIRE_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
