@@ -303,68 +303,9 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
 
   if (o.profile || !o.trace_path.empty()) {
     // Per step, eager, with an event after each step; the median over the iterations.
-    std::vector<int> order;
-    std::map<int, std::vector<double>> step_us;
-    std::vector<std::pair<int, double>> trace_run;  // one run's (step, start offset us)
-    cudaEvent_t begin;
-    TEC_CLI_CUDA(cudaEventCreate(&begin));
-    for (int it = 0; it < std::max(1, o.iterations); ++it) {
-      std::vector<std::pair<int, cudaEvent_t>> marks;
-      TEC_CLI_CUDA(cudaEventRecord(begin, stream));
-      session.run_eager(stream, [&](int step) {
-        cudaEvent_t e;
-        TEC_CLI_CUDA(cudaEventCreate(&e));
-        TEC_CLI_CUDA(cudaEventRecord(e, stream));
-        marks.push_back({step, e});
-      });
-      TEC_CLI_CUDA(cudaStreamSynchronize(stream));
-      float prev = 0;
-      for (size_t m = 0; m < marks.size(); ++m) {
-        float ms = 0;
-        TEC_CLI_CUDA(cudaEventElapsedTime(&ms, begin, marks[m].second));
-        const int key = marks[m].first < 0 ? (m == 0 ? -1 : -2) : marks[m].first;
-        if (it == 0) {
-          order.push_back(key);
-          trace_run.push_back({key, prev * 1000.0});
-        }
-        step_us[key].push_back((ms - prev) * 1000.0);
-        prev = ms;
-        cudaEventDestroy(marks[m].second);
-      }
-    }
-    cudaEventDestroy(begin);
-    auto name_of = [&](int key) {
-      return key == -1 ? std::string("(delayed scale_inv)") : key == -2 ? std::string("(delayed update)") : profile.steps[static_cast<size_t>(key)].name;
-    };
-    json per_step = json::array();
-    if (o.profile) std::printf("\nper step (eager, median us):\n  %-28s %-7s %10s\n", "step", "kind", "us");
-    json trace = json::array();
-    for (size_t i = 0; i < order.size(); ++i) {
-      const int key = order[i];
-      const Stats st = stats_of(step_us[key]);
-      const std::string kind = key < 0 ? "kernel" : profile.steps[static_cast<size_t>(key)].kind;
-      if (o.profile) std::printf("  %-28s %-7s %10.1f\n", name_of(key).c_str(), kind.c_str(), st.p50);
-      per_step.push_back({{"step", name_of(key)}, {"kind", kind}, {"p50_us", st.p50}});
-      trace.push_back({{"name", name_of(key)}, {"cat", kind}, {"ph", "X"}, {"pid", 0}, {"tid", 0},
-                       {"ts", trace_run[i].second}, {"dur", st.p50}});
-    }
-    report["steps"] = per_step;
-    if (profile.train) {  // the step time split by phase
-      std::map<std::string, double> phase_us;
-      for (size_t i = 0; i < order.size(); ++i)
-        if (order[i] >= 0) phase_us[std::string(to_string(profile.steps[static_cast<size_t>(order[i])].phase))] += stats_of(step_us[order[i]]).p50;
-      if (o.profile) {
-        std::printf("per phase (sum of the step medians, us):");
-        for (const auto& [phase, us] : phase_us) std::printf("  %s %.1f", phase.c_str(), us);
-        std::printf("\n");
-      }
-      report["phases_us"] = phase_us;
-    }
-    if (!o.trace_path.empty()) {
-      const std::string text = json{{"traceEvents", trace}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
-      plan::write_file_atomically(o.trace_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
-      std::printf("wrote Chrome trace %s (open in Perfetto)\n", o.trace_path.c_str());
-    }
+    std::vector<StepTimes> runs;
+    for (int it = 0; it < std::max(1, o.iterations); ++it) runs.push_back(time_steps_eager(session, stream));
+    report_step_times(profile, runs, o.profile, "per step (eager, median us)", o.trace_path, report);
   }
 
   if (!o.save_dir.empty()) {

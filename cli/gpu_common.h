@@ -4,13 +4,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ir/op_registry.h"
+#include "plan/file.h"
 #include "runtime/session.h"
 
 namespace tec::cli {
@@ -106,6 +110,92 @@ inline double train_state_bound(const std::string& recipe) {
   if (recipe == "bf16") return 0.01;
   if (recipe == "nvfp4") return 0.5;
   return 0.15;
+}
+
+// One eager run timed step by step (te-run --profile, --trace): an event before the run and one
+// after each step's launches on the run's stream (Session::run_eager's after_step). Keys: the
+// step's index, or -1 / -2 for the run-level launches before and after the steps (delayed
+// scaling's scale_inv and update). Work on the side stream (a collective overlapped with a
+// later step) counts where the run's stream waits for it.
+struct StepTimes {
+  std::vector<int> keys;                 // in run order
+  std::vector<double> us, start_us;      // each key's time, and when it started after the run's
+};
+
+// `finish` waits for the run (a tensor-parallel rank waits with its collective timeout); by
+// default the stream is synchronized.
+inline StepTimes time_steps_eager(runtime::Session& session, cudaStream_t stream, const std::function<void()>& finish = {}) {
+  std::vector<std::pair<int, cudaEvent_t>> marks;
+  cudaEvent_t begin;
+  TEC_CLI_CUDA(cudaEventCreate(&begin));
+  TEC_CLI_CUDA(cudaEventRecord(begin, stream));
+  session.run_eager(stream, [&](int step) {
+    cudaEvent_t e;
+    TEC_CLI_CUDA(cudaEventCreate(&e));
+    TEC_CLI_CUDA(cudaEventRecord(e, stream));
+    marks.push_back({step, e});
+  });
+  if (finish) finish();
+  else TEC_CLI_CUDA(cudaStreamSynchronize(stream));
+  StepTimes t;
+  float prev = 0;
+  for (size_t m = 0; m < marks.size(); ++m) {
+    float ms = 0;
+    TEC_CLI_CUDA(cudaEventElapsedTime(&ms, begin, marks[m].second));
+    t.keys.push_back(marks[m].first < 0 ? (m == 0 ? -1 : -2) : marks[m].first);
+    t.us.push_back((ms - prev) * 1000.0);
+    t.start_us.push_back(prev * 1000.0);
+    prev = ms;
+    cudaEventDestroy(marks[m].second);
+  }
+  cudaEventDestroy(begin);
+  return t;
+}
+
+// The per-step medians of many such runs (`runs`, each StepTimes of the same keys): printed
+// under `heading` when `print`, into `report` ("steps", a train plan's "phases_us"), and as a
+// Chrome trace at `trace_path` (the first run's start times, each step's median) unless "".
+inline void report_step_times(const plan::Profile& profile, const std::vector<StepTimes>& runs, bool print, const std::string& heading,
+                              const std::string& trace_path, nlohmann::json& report) {
+  using nlohmann::json;
+  if (runs.empty()) return;
+  const std::vector<int>& keys = runs.front().keys;
+  auto name_of = [&](int key) {
+    return key == -1 ? std::string("(delayed scale_inv)") : key == -2 ? std::string("(delayed update)") : profile.steps[static_cast<size_t>(key)].name;
+  };
+  auto kind_of = [&](int key) { return key < 0 ? std::string("kernel") : profile.steps[static_cast<size_t>(key)].kind; };
+  std::vector<double> medians;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::vector<double> us;
+    for (const StepTimes& run : runs)
+      if (i < run.us.size() && run.keys[i] == keys[i]) us.push_back(run.us[i]);
+    medians.push_back(stats_of(us).p50);
+  }
+  json per_step = json::array(), trace = json::array();
+  if (print) std::printf("\n%s:\n  %-28s %-10s %10s\n", heading.c_str(), "step", "kind", "us");
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (print) std::printf("  %-28s %-10s %10.1f\n", name_of(keys[i]).c_str(), kind_of(keys[i]).c_str(), medians[i]);
+    per_step.push_back({{"step", name_of(keys[i])}, {"kind", kind_of(keys[i])}, {"p50_us", medians[i]}});
+    trace.push_back({{"name", name_of(keys[i])}, {"cat", kind_of(keys[i])}, {"ph", "X"}, {"pid", 0}, {"tid", 0},
+                     {"ts", runs.front().start_us[i]}, {"dur", medians[i]}});
+  }
+  report["steps"] = per_step;
+  if (profile.train) {  // the step time split by phase
+    std::map<std::string, double> phase_us;
+    for (size_t i = 0; i < keys.size(); ++i)
+      if (keys[i] >= 0) phase_us[std::string(to_string(profile.steps[static_cast<size_t>(keys[i])].phase))] += medians[i];
+    if (print) {
+      std::printf("per phase (sum of the step medians, us):");
+      for (const auto& [phase, us] : phase_us) std::printf("  %s %.1f", phase.c_str(), us);
+      std::printf("\n");
+    }
+    report["phases_us"] = phase_us;
+  }
+  if (!trace_path.empty()) {
+    const std::string text = json{{"traceEvents", trace}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
+    plan::write_file_atomically(trace_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    std::printf("wrote Chrome trace %s (open in Perfetto)\n", trace_path.c_str());
+  }
 }
 
 inline std::string profile_name(const std::map<std::string, int64_t>& dims) {

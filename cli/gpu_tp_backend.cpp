@@ -65,8 +65,7 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
   TEC_USER_CHECK(devices >= ranks, (ErrorContext{"runtime", "", "", plan->name}))
       << "the plan is tensor parallel over " << ranks << " ranks, one per GPU, and this machine has " << devices
       << " GPU(s) (te-run --backend cpu runs every rank on the CPU reference)";
-  TEC_USER_CHECK(o.rotate == 1 && !o.profile && o.trace_path.empty(), (ErrorContext{"runtime", "", "", plan->name}))
-      << "--rotate, --profile and --trace do not work on a tensor-parallel plan yet";
+  TEC_USER_CHECK(o.rotate == 1, (ErrorContext{"runtime", "", "", plan->name})) << "--rotate does not work on a tensor-parallel plan yet";
   const runtime::NcclLibrary& nccl = runtime::nccl("plan '" + plan->name + "' (tensor parallel over " + std::to_string(ranks) + " ranks)");
   ncclUniqueId id{};
   runtime::check_nccl(nccl, nullptr, nccl.get_unique_id(&id), "ncclGetUniqueId", "", o.collective_timeout);
@@ -254,6 +253,33 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
   report["warmup"] = o.warmup;
   report["eager"] = stats_json(eager);
   if (!o.no_graph) report["graph"] = stats_json(graph);
+
+  if (o.profile || !o.trace_path.empty()) {
+    // Per step, eager, every rank starting each run together; a step takes as long as it does
+    // on its slowest rank in that run.
+    std::vector<std::vector<StepTimes>> per_rank(static_cast<size_t>(ranks));
+    std::barrier sync(ranks);
+    on_every_rank(ranks, [&](int r) {
+      Rank& me = rank[static_cast<size_t>(r)];
+      try {
+        for (int i = 0; i < std::max(1, o.iterations); ++i) {
+          sync.arrive_and_wait();
+          per_rank[static_cast<size_t>(r)].push_back(
+              time_steps_eager(*me.session, me.stream, [&] { me.session->wait(me.stream, o.collective_timeout); }));
+        }
+      } catch (...) {
+        sync.arrive_and_drop();
+        throw;
+      }
+    });
+    std::vector<StepTimes> slowest = per_rank[0];
+    for (size_t i = 0; i < slowest.size(); ++i)
+      for (const auto& other : per_rank) {
+        TEC_INTERNAL_CHECK(other[i].keys == slowest[i].keys, (ErrorContext{"runtime", "", "", plan->name})) << "the ranks ran different steps";
+        for (size_t k = 0; k < slowest[i].us.size(); ++k) slowest[i].us[k] = std::max(slowest[i].us[k], other[i].us[k]);
+      }
+    report_step_times(profile, slowest, o.profile, "per step (eager, median us of the slowest rank)", o.trace_path, report);
+  }
 
   if (!o.save_dir.empty()) {
     on_every_rank(ranks, [&](int r) { rank[static_cast<size_t>(r)].session->poison(rank[static_cast<size_t>(r)].stream); });
