@@ -152,38 +152,47 @@ inline StepTimes time_steps_eager(runtime::Session& session, cudaStream_t stream
   return t;
 }
 
-// The per-step medians of many such runs (`runs`, each StepTimes of the same keys): printed
-// under `heading` when `print`, into `report` ("steps", a train plan's "phases_us"), and as a
-// Chrome trace at `trace_path` (the first run's start times, each step's median) unless "".
+// The per-step medians of many such runs: printed under `heading` when `print`, into `report`
+// ("steps", a train plan's "phases_us"), and as a Chrome trace at `trace_path` (where each
+// step first started, its median) unless "". A step is matched across runs by its key and how
+// often the key came before in that run: runs may skip steps (a train plan's weight copies
+// after the first microbatch), and a step can come in parts (a GEMM's row blocks around the
+// collective overlapped with them).
 inline void report_step_times(const plan::Profile& profile, const std::vector<StepTimes>& runs, bool print, const std::string& heading,
                               const std::string& trace_path, nlohmann::json& report) {
   using nlohmann::json;
-  if (runs.empty()) return;
-  const std::vector<int>& keys = runs.front().keys;
+  using Part = std::pair<int, int>;  // key, occurrence within the run
+  std::vector<Part> order;
+  std::map<Part, std::vector<double>> times;
+  std::map<Part, double> first_start;
+  for (const StepTimes& run : runs) {
+    std::map<int, int> seen;
+    for (size_t i = 0; i < run.keys.size(); ++i) {
+      const Part part{run.keys[i], seen[run.keys[i]]++};
+      if (!times.count(part)) {
+        order.push_back(part);
+        first_start[part] = run.start_us[i];
+      }
+      times[part].push_back(run.us[i]);
+    }
+  }
   auto name_of = [&](int key) {
     return key == -1 ? std::string("(delayed scale_inv)") : key == -2 ? std::string("(delayed update)") : profile.steps[static_cast<size_t>(key)].name;
   };
   auto kind_of = [&](int key) { return key < 0 ? std::string("kernel") : profile.steps[static_cast<size_t>(key)].kind; };
-  std::vector<double> medians;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    std::vector<double> us;
-    for (const StepTimes& run : runs)
-      if (i < run.us.size() && run.keys[i] == keys[i]) us.push_back(run.us[i]);
-    medians.push_back(stats_of(us).p50);
-  }
   json per_step = json::array(), trace = json::array();
+  std::map<std::string, double> phase_us;
   if (print) std::printf("\n%s:\n  %-28s %-10s %10s\n", heading.c_str(), "step", "kind", "us");
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (print) std::printf("  %-28s %-10s %10.1f\n", name_of(keys[i]).c_str(), kind_of(keys[i]).c_str(), medians[i]);
-    per_step.push_back({{"step", name_of(keys[i])}, {"kind", kind_of(keys[i])}, {"p50_us", medians[i]}});
-    trace.push_back({{"name", name_of(keys[i])}, {"cat", kind_of(keys[i])}, {"ph", "X"}, {"pid", 0}, {"tid", 0},
-                     {"ts", runs.front().start_us[i]}, {"dur", medians[i]}});
+  for (const Part& part : order) {
+    const int key = part.first;
+    const double median = stats_of(times[part]).p50;
+    if (print) std::printf("  %-28s %-10s %10.1f\n", name_of(key).c_str(), kind_of(key).c_str(), median);
+    per_step.push_back({{"step", name_of(key)}, {"kind", kind_of(key)}, {"p50_us", median}});
+    trace.push_back({{"name", name_of(key)}, {"cat", kind_of(key)}, {"ph", "X"}, {"pid", 0}, {"tid", 0}, {"ts", first_start[part]}, {"dur", median}});
+    if (key >= 0) phase_us[std::string(to_string(profile.steps[static_cast<size_t>(key)].phase))] += median;
   }
   report["steps"] = per_step;
   if (profile.train) {  // the step time split by phase
-    std::map<std::string, double> phase_us;
-    for (size_t i = 0; i < keys.size(); ++i)
-      if (keys[i] >= 0) phase_us[std::string(to_string(profile.steps[static_cast<size_t>(keys[i])].phase))] += medians[i];
     if (print) {
       std::printf("per phase (sum of the step medians, us):");
       for (const auto& [phase, us] : phase_us) std::printf("  %s %.1f", phase.c_str(), us);
