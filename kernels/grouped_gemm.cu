@@ -47,7 +47,7 @@
 // Defines: TEC_N (% TEC_TILE_N == 0), TEC_TILE_N (128 or 256), TEC_K (elements; K bytes % 128 == 0), TEC_E, TEC_ROWS (all
 // experts' rows), TEC_BF16 (1: bf16 operands; 0: FP8 E4M3 with per-expert W scale_inv and one X
 // scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32), TEC_GATED, TEC_ACT,
-// TEC_AMAX, TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
+// TEC_AMAX, TEC_X_E5M2 (FP8 X in E5M2), TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
 // roundup(K / 128, 4) and TEC_W_SCALE_MEMBER, floats from one expert's W scales to the next's).
 // Slots: 0 W, 1 W scale_inv ([E], or block scales), 2 X, 3 X scale_inv, 4 bias [E, N],
 // 5 m_splits, 6 D, 7 status, 8 amax. Dynamic shared
@@ -64,6 +64,12 @@
 #endif
 #ifndef TEC_BLOCK_SCALES
 #define TEC_BLOCK_SCALES 0
+#endif
+// FP8 X in E5M2 (a gradient: the dgrad multiplies dY by W^T) rather than E4M3.
+#if TEC_X_E5M2
+#define TEC_X_FP8 "e5m2"
+#else
+#define TEC_X_FP8 "e4m3"
 #endif
 #if TEC_BLOCK_SCALES && (TEC_BF16 || TEC_TILE_N != 128)
 #error "block scales: FP8 operands, and 128-column tiles (a step's product and the sum both live in registers)"
@@ -126,7 +132,7 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long lo
 #if TEC_BF16
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
 #else
-      "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
+      "wgmma.mma_async.sync.aligned.m64n256k32.f32." TEC_X_FP8 ".e4m3 {"
 #endif
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
@@ -166,7 +172,7 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long lon
 #if TEC_BF16
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
 #else
-      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32." TEC_X_FP8 ".e4m3 {"
 #endif
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "

@@ -9,10 +9,37 @@
 //     gathers by). An index outside [0, E) sets TEC_STATUS_BAD_EXPERT in the session's status
 //     word and its slot takes no row; rows left without a slot gather token 0. Slots: 0
 //     indices, 1 m_splits, 2 row_map, 3 row_source, 4 status.
+//
+// The backward (train plans), each kernel the CPU reference's sums in its order:
+//   tec_moe_router_backward: one block per token; the scores and the choice made again as the
+//     forward made them, then d(weights) back to the logits (thread 0, backward_reference_router's
+//     order), dlogits [T, E] fp32 kept for the weight's gradient, and dx[t, i] = sum over e of
+//     dlogits[t, e] W[e, i], e from 0 up. Slots: 0 x, 1 W, 2 d(weights) [T, k] fp32, 3 dlogits,
+//     4 dx (TEC_OUT_DTYPE).
+//   tec_moe_router_weight_grad: a thread per element of W: dW[e, i] = sum over t of
+//     dlogits[t, e] x[t, i], t from 0 up. Slots: 0 x, 1 dlogits, 2 dW (TEC_DW_DTYPE).
+//   tec_moe_unpermute_weights_grad: one block per token slot s: d(weights)[s] = the dot of
+//     d(out)[s / k] with y[row_map[s]] in tec_row_sum_order. Slots: 0 y, 1 row_map, 2 d(out),
+//     3 d(weights) fp32, 4 status.
+//   tec_moe_invert_row_map: one block; each row of y gets the last slot that maps to it (-1:
+//     none), for the row kernel that scatters d(out) back to expert order (row.cu producer 22).
+//     Slots: 0 row_map, 1 the inverse, 2 status.
+//
+// tec_moe_tile_weight: a grouped weight [E, R, C] (elements of TEC_TILE_BYTES) copied into the
+// grouped GEMM's W layout (kernels/mid_m_layout.h, over [E * R, C] rows), or with
+// TEC_TILE_TRANSPOSE each member transposed ([E * C, R] rows: the dgrad's W^T). A train plan's
+// weights change every step, so this runs every run. Blocks of 32 x 8 threads move 32 x 32
+// tiles through shared memory, so that reads and writes both go along rows. Defines:
+// TEC_TILE_MEMBER_ROWS (R), TEC_TILE_COLS (C), TEC_TILE_BYTES (1 or 2), TEC_TILE_TRANSPOSE.
+// Slots: 0 W, 1 the tiled copy.
 // Defines: TEC_H, TEC_E (experts), TEC_K (top k), TEC_SLOTS (T * k), TEC_SCORE (TEC_SCORE_*),
-// TEC_NORMALIZE.
+// TEC_NORMALIZE, TEC_OUT_DTYPE, TEC_ROUTER_TOKENS and TEC_DW_DTYPE (the router's weight gradient), TEC_COLS
+// and TEC_Y_ROWS (unpermute), TEC_INVERT_SLOTS and TEC_Y_ROWS (the inverse row map).
 #include "common.cuh"
 #include "tec_math.h"
+#ifdef TEC_TILE_MEMBER_ROWS
+#include "mid_m_layout.h"
+#endif
 
 struct TecMoeArgs {
   unsigned long long slot[6];
@@ -27,7 +54,15 @@ __device__ __forceinline__ float tec_moe_load(const void* base, i64 index) {
   return tec_bf16_to_float(((const u16*)base)[index]);
 }
 
-#ifdef TEC_H
+// Rounds v to the array's dtype (the kernels' dtype codes) and stores it.
+template <int kDtype>
+__device__ __forceinline__ void tec_moe_store(void* base, i64 index, float v) {
+  if (kDtype == 2) ((float*)base)[index] = v;
+  else if (kDtype == 1) ((u16*)base)[index] = tec_float_to_fp16(v);
+  else ((u16*)base)[index] = tec_float_to_bf16(v);
+}
+
+#if defined(TEC_H) || defined(TEC_COLS)
 // The block-wide sum in tec_row_sum_order; thread 0 gets it.
 __device__ float tec_moe_block_sum(float v, float* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, offset);
@@ -38,7 +73,9 @@ __device__ float tec_moe_block_sum(float v, float* scratch) {
   for (int offset = TEC_WARPS / 2; offset > 0; offset /= 2) w = w + __shfl_xor_sync(0xFFFFFFFFu, w, offset);
   return w;
 }
+#endif
 
+#ifdef TEC_H
 extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router(TecMoeArgs args) {
   tec_allow_next_kernel();
   tec_wait_for_previous_kernel();
@@ -64,6 +101,106 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router(Tec
       ((int*)args.slot[3])[token * TEC_K + j] = chosen[j];
     }
   }
+}
+#endif
+
+#ifdef TEC_OUT_DTYPE
+extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router_backward(TecMoeArgs args) {
+  tec_allow_next_kernel();
+  tec_wait_for_previous_kernel();
+  __shared__ float scratch[TEC_WARPS];
+  __shared__ float p[TEC_E];
+  __shared__ float dlogits[TEC_E];
+  const i64 token = blockIdx.x;
+  const void* x = (const void*)args.slot[0];
+  const void* w = (const void*)args.slot[1];
+  for (int e = 0; e < TEC_E; ++e) {
+    float local = 0.0f;
+    for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS)
+      local += tec_moe_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
+    const float sum = tec_moe_block_sum(local, scratch);
+    if (threadIdx.x == 0) p[e] = sum;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float weights[TEC_K], dp[TEC_E];
+    int chosen[TEC_K];
+    tec_router_select(p, TEC_E, TEC_K, TEC_SCORE, TEC_NORMALIZE, weights, chosen);  // p: every expert's score now
+    const float* dw = (const float*)args.slot[2] + token * TEC_K;
+    float total = 0.0f, dot = 0.0f;
+    for (int j = 0; j < TEC_K; ++j) {
+      total += p[chosen[j]];
+      dot += dw[j] * weights[j];
+    }
+    for (int e = 0; e < TEC_E; ++e) dp[e] = 0.0f;
+    for (int j = 0; j < TEC_K; ++j) dp[chosen[j]] = TEC_NORMALIZE ? (dw[j] - dot) / total : dw[j];
+    if (TEC_SCORE == TEC_SCORE_SOFTMAX) {
+      float p_dot_dp = 0.0f;
+      for (int e = 0; e < TEC_E; ++e) p_dot_dp += p[e] * dp[e];
+      for (int e = 0; e < TEC_E; ++e) dlogits[e] = p[e] * (dp[e] - p_dot_dp);
+    } else {
+      for (int e = 0; e < TEC_E; ++e) dlogits[e] = dp[e] * p[e] * (1.0f - p[e]);
+    }
+    for (int e = 0; e < TEC_E; ++e) ((float*)args.slot[3])[token * TEC_E + e] = dlogits[e];
+  }
+  __syncthreads();
+  for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS) {
+    float acc = 0.0f;
+    for (int e = 0; e < TEC_E; ++e) acc += dlogits[e] * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
+    tec_moe_store<TEC_OUT_DTYPE>((void*)args.slot[4], token * TEC_H + i, acc);
+  }
+}
+#endif
+
+#ifdef TEC_ROUTER_TOKENS
+extern "C" __global__ void __launch_bounds__(256) tec_moe_router_weight_grad(TecMoeArgs args) {
+  tec_allow_next_kernel();
+  tec_wait_for_previous_kernel();
+  const i64 element = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+  if (element >= (i64)TEC_E * TEC_H) return;
+  const i64 e = element / TEC_H, i = element % TEC_H;
+  const void* x = (const void*)args.slot[0];
+  const float* dlogits = (const float*)args.slot[1];
+  float acc = 0.0f;
+  for (i64 t = 0; t < TEC_ROUTER_TOKENS; ++t) acc += dlogits[t * TEC_E + e] * tec_moe_load<TEC_IN_DTYPE>(x, t * TEC_H + i);
+  tec_moe_store<TEC_DW_DTYPE>((void*)args.slot[2], element, acc);
+}
+#endif
+
+#ifdef TEC_COLS
+extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_unpermute_weights_grad(TecMoeArgs args) {
+  tec_allow_next_kernel();
+  tec_wait_for_previous_kernel();
+  __shared__ float scratch[TEC_WARPS];
+  const i64 slot = blockIdx.x;
+  const int row = ((const int*)args.slot[1])[slot];
+  const bool bad = row < 0 || row >= TEC_Y_ROWS;
+  if (bad && threadIdx.x == 0) atomicOr((int*)args.slot[4], TEC_STATUS_BAD_ROW_MAP);
+  float local = 0.0f;
+  if (!bad)
+    for (i64 c = threadIdx.x; c < TEC_COLS; c += TEC_ROW_THREADS)
+      local += tec_moe_load<TEC_PARAM_DTYPE>((const void*)args.slot[2], (slot / TEC_K) * TEC_COLS + c) *
+               tec_moe_load<TEC_IN_DTYPE>((const void*)args.slot[0], (i64)row * TEC_COLS + c);
+  const float sum = tec_moe_block_sum(local, scratch);
+  if (threadIdx.x == 0) ((float*)args.slot[3])[slot] = sum;
+}
+#endif
+
+#ifdef TEC_INVERT_SLOTS
+extern "C" __global__ void __launch_bounds__(1024) tec_moe_invert_row_map(TecMoeArgs args) {
+  tec_allow_next_kernel();
+  tec_wait_for_previous_kernel();
+  const int* row_map = (const int*)args.slot[0];
+  int* inverse = (int*)args.slot[1];
+  for (i64 r = threadIdx.x; r < TEC_Y_ROWS; r += blockDim.x) inverse[r] = -1;
+  __syncthreads();
+  bool bad = false;
+  for (i64 s = threadIdx.x; s < TEC_INVERT_SLOTS; s += blockDim.x) {
+    const int r = row_map[s];
+    if (r < 0 || r >= TEC_Y_ROWS) bad = true;
+    else atomicMax(&inverse[r], (int)s);
+  }
+  if (bad) atomicOr((int*)args.slot[2], TEC_STATUS_BAD_ROW_MAP);
 }
 #endif
 
@@ -130,6 +267,33 @@ extern "C" __global__ void __launch_bounds__(TEC_ROUTE_THREADS) tec_moe_route(Te
       }
     if (threadIdx.x == 0) m_splits[e] = total;
     expert_start += total;
+  }
+}
+#endif
+
+#ifdef TEC_TILE_MEMBER_ROWS
+#if TEC_TILE_BYTES == 1
+typedef u8 TecTileElement;
+#else
+typedef u16 TecTileElement;
+#endif
+extern "C" __global__ void __launch_bounds__(256) tec_moe_tile_weight(TecMoeArgs args) {
+  tec_allow_next_kernel();
+  tec_wait_for_previous_kernel();
+  __shared__ TecTileElement tile[32][33];
+  const i64 e = blockIdx.z, r0 = (i64)blockIdx.y * 32, c0 = (i64)blockIdx.x * 32;
+  const TecTileElement* w = (const TecTileElement*)args.slot[0] + e * TEC_TILE_MEMBER_ROWS * TEC_TILE_COLS;
+  for (int y = threadIdx.y; y < 32; y += 8) tile[y][threadIdx.x] = w[(r0 + y) * TEC_TILE_COLS + c0 + threadIdx.x];
+  __syncthreads();
+  u8* out = (u8*)args.slot[1];
+#if TEC_TILE_TRANSPOSE
+  const i64 row0 = e * TEC_TILE_COLS + c0, k0 = r0, k_bytes = (i64)TEC_TILE_MEMBER_ROWS * TEC_TILE_BYTES;
+#else
+  const i64 row0 = e * TEC_TILE_MEMBER_ROWS + r0, k0 = c0, k_bytes = (i64)TEC_TILE_COLS * TEC_TILE_BYTES;
+#endif
+  for (int y = threadIdx.y; y < 32; y += 8) {
+    const TecTileElement v = TEC_TILE_TRANSPOSE ? tile[threadIdx.x][y] : tile[y][threadIdx.x];
+    *(TecTileElement*)(out + tec_mid_m_tiled_offset(row0 + y, (k0 + threadIdx.x) * TEC_TILE_BYTES, k_bytes)) = v;
   }
 }
 #endif

@@ -26,7 +26,9 @@
 // dx (x, gamma, dy in slots 0-2, mean (layernorm, TEC_HAS_MEAN) in slot 8, rsigma in slot 9).
 // The MoE layer: 19 a gather of rows (moe_permute: output row r is input row slot 1[r], int32),
 // 20 the router-weighted sum of TEC_TOPK rows (moe_unpermute: y in slot 0, the row map in slot
-// 1, the weights in slot 2, the status word in slot 8, TEC_Y_ROWS = y's rows).
+// 1, the weights in slot 2, the status word in slot 8, TEC_Y_ROWS = y's rows; TEC_UNWEIGHTED:
+// each weight 1, moe_permute's backward), 22 moe_unpermute's backward scatter (d(out) in slot
+// 0, each row's slot or -1 in slot 1, the weights in slot 2).
 // Attention's glue: 21 rope, element i of a token row of heads x TEC_ROPE_HEAD_DIM turned with
 // its pair partner by position x tec_rope_inv_frequency[pair] (the position: the row modulo
 // TEC_ROPE_INNER, or divided by it under sbhd; TEC_ROPE_INVERSE: the backward's opposite turn;
@@ -58,6 +60,22 @@
 #endif
 #ifndef TEC_OUT_MID_M_TILES
 #define TEC_OUT_MID_M_TILES 0
+#endif
+#ifndef TEC_UNWEIGHTED
+#define TEC_UNWEIGHTED 0
+#endif
+// TEC_MEMBER_ROWS = R > 0 (current scaling of a grouped tensor, a train plan's expert weights):
+// every R rows are one member with its own amax (slot 5[member], maxed atomically) and
+// scale_inv (slot 4[member]), as the reference quantizes each member alone.
+#ifndef TEC_MEMBER_ROWS
+#define TEC_MEMBER_ROWS 0
+#endif
+#if TEC_MEMBER_ROWS
+#define TEC_MEMBER(r) ((r) / TEC_MEMBER_ROWS)
+#define TEC_MEMBER_FIRST_ROW(r) ((r) % TEC_MEMBER_ROWS == 0)
+#else
+#define TEC_MEMBER(r) 0
+#define TEC_MEMBER_FIRST_ROW(r) ((r) == 0)
 #endif
 #if TEC_OUT_MID_M_TILES
 #include "mid_m_layout.h"
@@ -235,6 +253,7 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #elif TEC_PRODUCER == 20
   // moe_unpermute: sum over j of weights[t, j] * y[row_map[t k + j]], j from 0 up; a row map
   // entry outside y's rows adds nothing and sets the status bit.
+  // TEC_UNWEIGHTED (moe_permute's backward: d(permuted) back to the tokens) weighs each by 1.
   float acc = 0.0f;
   for (int j = 0; j < TEC_TOPK; ++j) {
     const int r = ((const int*)in1)[row.r * TEC_TOPK + j];
@@ -242,9 +261,16 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
       atomicOr((int*)args.slot[8], TEC_STATUS_BAD_ROW_MAP);
       continue;
     }
-    acc += ((const float*)in2)[row.r * TEC_TOPK + j] * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
+    const float weight = TEC_UNWEIGHTED ? 1.0f : ((const float*)in2)[row.r * TEC_TOPK + j];
+    acc += weight * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
   }
   return acc;
+#elif TEC_PRODUCER == 22
+  // moe_unpermute's backward: row r of d(y) is weights[s] d(out)[s / k] for the slot s that
+  // maps to it (kernels/moe.cu's tec_moe_invert_row_map), 0 where none does.
+  const int s = ((const int*)in1)[row.r];
+  if (s < 0) return 0.0f;
+  return ((const float*)in2)[s] * tec_load<TEC_IN_DTYPE>(in0, (i64)(s / TEC_TOPK) * TEC_N + i);
 #elif TEC_PRODUCER == 21
   const i64 c = i % TEC_ROPE_HEAD_DIM;
   const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
@@ -870,7 +896,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 #if TEC_AMAX_PARTIALS
   if (t == 0) ((float*)args.slot[5])[blockIdx.x * gridDim.y + blockIdx.y] = amax;
 #else
-  if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
+  if (t == 0) tec_atomic_amax((float*)args.slot[5] + TEC_MEMBER(row.r), amax);
 #endif
 
 #elif TEC_OUT == 10 || TEC_OUT == 11
@@ -880,7 +906,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   for (int i = t; i < TEC_AMAX_PARTIALS; i += TEC_ROW_THREADS) partials_max = fmaxf(partials_max, ((const float*)args.slot[5])[i]);
   const float tensor_amax = tec_block_max(partials_max, scratch);
 #else
-  const float tensor_amax = *(const float*)args.slot[5];
+  const float tensor_amax = ((const float*)args.slot[5])[TEC_MEMBER(row.r)];
 #endif
   const float scale = tec_scale_from_amax_value(tensor_amax, TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
 #else
@@ -908,7 +934,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   const float amax = tec_block_max(local, scratch);
   if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
 #endif
-  if (row.r == 0 && blockIdx.y == 0 && t == 0) *(float*)args.slot[4] = __fdiv_rn(1.0f, scale);
+  if (TEC_MEMBER_FIRST_ROW(row.r) && blockIdx.y == 0 && t == 0) ((float*)args.slot[4])[TEC_MEMBER(row.r)] = __fdiv_rn(1.0f, scale);
 
 #elif TEC_OUT == 15
   tec_store_row(args, row, (u8*)args.slot[3], [](float v) { return tec_encode(__fdiv_rn(v, TEC_STATIC_SCALE_INV)); });

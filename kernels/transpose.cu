@@ -15,8 +15,9 @@ extern "C" __global__ void __launch_bounds__(256) tec_transpose_u8(TecTransposeA
   tec_allow_next_kernel();
   tec_wait_for_previous_kernel();
   __shared__ u8 tile[TEC_TILE][TEC_TILE + 4];
-  const u8* in = (const u8*)args.slot[0];
-  u8* out = (u8*)args.slot[1];
+  // blockIdx.z: the member of a grouped tensor, each [TEC_ROWS, TEC_COLS] transposed alone.
+  const u8* in = (const u8*)args.slot[0] + (i64)blockIdx.z * TEC_ROWS * TEC_COLS;
+  u8* out = (u8*)args.slot[1] + (i64)blockIdx.z * TEC_ROWS * TEC_COLS;
   const i64 row0 = (i64)blockIdx.y * TEC_TILE, col0 = (i64)blockIdx.x * TEC_TILE;
   const int tx = threadIdx.x % TEC_TILE, ty = threadIdx.x / TEC_TILE;  // 64 x 4
   for (int y = ty; y < TEC_TILE; y += 4) {

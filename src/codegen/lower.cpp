@@ -246,6 +246,17 @@ class StepLowering {
                          "fp8-delayed, fp8-block) only so far; mxfp8 and nvfp4 train on the CPU reference"};
       if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise FP8 copy without a rowwise one"};
     }
+    // A grouped tensor made on the GPU (a train plan's expert weights, from their masters) is
+    // quantized per member: each its own amax and scale_inv, its own columnwise transpose.
+    const int64_t members = v.proto.is_grouped() && v.proto.quantizer ? v.proto.group_members : 1;
+    if (members > 1) {
+      if (v.proto.quantizer->kind != QuantizerKind::fp8_current || amax_done)
+        throw NotLowered{"'" + v.name + "' is a grouped " + std::string(tec::to_string(v.proto.quantizer->kind)) +
+                         " tensor made every run (a train plan's expert weights); the GPU quantizes those per member under fp8-current "
+                         "only so far (fp8-delayed would need an amax history per expert)"};
+      for (BufferRole r : {BufferRole::data, BufferRole::scale_inv}) (void)packed_member_bytes(v, r);
+      if (transposed_copy) (void)packed_member_bytes(v, BufferRole::columnwise_data);
+    }
     std::vector<std::string> defines = producer.defines;
     defines.push_back("TEC_N=" + std::to_string(cols) + "LL");
     std::array<LaunchArg, 12> slots{};
@@ -275,6 +286,12 @@ class StepLowering {
             break;
           }
           passes = {1, 2};
+          if (members > 1) {
+            defines.push_back("TEC_MEMBER_ROWS=" + std::to_string(rows / members) + "LL");
+            slots[5] = buf(add_workspace(v.name + ".member_amax", TensorProto::dense(Shape{members}, DType::fp32)));
+            memset(slots[5].buffer);
+            break;
+          }
           if (const int64_t blocks = rows * (split_rows ? row_chunks(rows, cols) : 1); blocks <= kMaxAmaxPartials) {
             slots[5] = buf(add_workspace(v.name + ".amax_partials", TensorProto::dense(Shape{blocks}, DType::fp32)));
             defines.push_back("TEC_AMAX_PARTIALS=" + std::to_string(blocks));
@@ -328,7 +345,7 @@ class StepLowering {
       d.push_back("TEC_PASS=" + std::to_string(pass));
       push_row_launch(std::move(d), slots, rows, cols, split_rows ? row_chunks(rows, cols) : 1);
     }
-    if (transposed_copy) push_transpose(data(v), role(v, BufferRole::columnwise_data), rows, cols);
+    if (transposed_copy) push_transpose(data(v), role(v, BufferRole::columnwise_data), rows / members, cols, members);
   }
 
   // FP8 block scaling's copies the row kernel does not write (kernels/block_quantize.cu):
@@ -376,14 +393,14 @@ class StepLowering {
     out_.push_back(std::move(l));
   }
 
-  void push_transpose(const std::string& from, const std::string& to, int64_t rows, int64_t cols) {
+  void push_transpose(const std::string& from, const std::string& to, int64_t rows, int64_t cols, int64_t members = 1) {
     constexpr int64_t kTile = 64;  // TEC_TILE in kernels/transpose.cu
     Launch l;
     l.kind = Launch::Kind::kernel;
     l.step = index_;
     l.module = modules_.add(KernelRequest{"transpose.cu", {"TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL"}, ""});
     l.entry = "tec_transpose_u8";
-    l.grid = {(cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile, 1};
+    l.grid = {(cols + kTile - 1) / kTile, (rows + kTile - 1) / kTile, members};
     l.block = {256, 1, 1};
     l.early_launch = true;
     l.args = {buf(from), buf(to)};
@@ -819,6 +836,9 @@ class StepLowering {
       return;
     }
     if (n.op == "attention") return lower_attention_backward(n, grad_of);
+    if (n.op == "moe_router") return lower_moe_router_backward(n, grad_of(0), grad_of(1));
+    if (n.op == "moe_permute") return lower_moe_permute_backward(n, grad_of(0));
+    if (n.op == "moe_unpermute") return lower_moe_unpermute_backward(n, grad_of(0), grad_of(2));
     if (n.op == "rope") {  // the turn by the opposite angle; rope saves nothing, its input is dy
       const Value& dy = unquantized(input(n, 0));
       if (const Value* dx = grad_of(0)) emit_row(rope_producer(n, dy, true), *dx);
@@ -931,6 +951,22 @@ class StepLowering {
     return r;
   }
 
+  // wgrad's add into main_grad, when the step fuses it: {main_grad's new version (what the
+  // GEMM writes), the old one (what it adds to)}, else nulls.
+  std::pair<const Value*, const Value*> fused_main_grad_add(const Value* dw) const {
+    const Value* accumulated = nullptr;
+    const Value* main_grad = nullptr;
+    for (size_t i = 1; i < step_.nodes.size(); ++i) {
+      const Node& add = node(i);
+      const int from_gemm = dw && add.op == "add" ? (g_.value(add.inputs.at(0)).name == dw->name ? 0 : g_.value(add.inputs.at(1)).name == dw->name ? 1 : -1) : -1;
+      if (from_gemm < 0 || accumulated)
+        throw NotLowered{"step '" + step_.name + "' fuses node '" + add.name + "' into a backward GEMM; the GPU fuses only wgrad's add into main_grad"};
+      accumulated = &output(add);
+      main_grad = &input(add, static_cast<size_t>(1 - from_gemm));
+    }
+    return {accumulated, main_grad};
+  }
+
   // A linear's backward: dgrad dx = dy W and wgrad dW = dy^T x as TN cuBLASLt GEMMs (FP8
   // operands from the columnwise copies; 16-bit ones read transposed), wgrad added into the
   // fp32 main_grad with beta = 1 when the step fuses that add, dbias by the column kernels.
@@ -947,17 +983,7 @@ class StepLowering {
     const Value* dx = grad_of(0);
     const Value* dw = grad_of(1);
     const Value* db = grad_of(2);
-    // wgrad's add into main_grad, when the step fuses it: D is main_grad's new version, C the old.
-    const Value* accumulated = nullptr;
-    const Value* main_grad = nullptr;
-    for (size_t i = 1; i < step_.nodes.size(); ++i) {
-      const Node& add = node(i);
-      const int from_gemm = dw && add.op == "add" ? (g_.value(add.inputs.at(0)).name == dw->name ? 0 : g_.value(add.inputs.at(1)).name == dw->name ? 1 : -1) : -1;
-      if (from_gemm < 0 || accumulated)
-        throw NotLowered{"step '" + step_.name + "' fuses node '" + add.name + "' into a backward GEMM; the GPU fuses only wgrad's add into main_grad"};
-      accumulated = &output(add);
-      main_grad = &input(add, static_cast<size_t>(1 - from_gemm));
-    }
+    const auto [accumulated, main_grad] = fused_main_grad_add(dw);
     const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
     auto is_block = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block; };
     for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
@@ -1018,8 +1044,7 @@ class StepLowering {
 
   void lower_gemm() {
     const Node& linear = node(0);
-    if (linear.op == "grouped_linear" && linear.computes_backward)
-      throw NotLowered{"the backward of grouped_linear '" + linear.name + "' (dgrad and wgrad per expert) has no GPU kernel yet"};
+    if (linear.op == "grouped_linear" && linear.computes_backward) return lower_grouped_backward(linear);
     if (linear.op == "grouped_linear") return lower_grouped_gemm(linear);
     if (linear.computes_backward) return lower_backward_linear(linear);
     const Value& x = input(linear, 0);
@@ -1351,21 +1376,23 @@ class StepLowering {
     if (step_.nodes.size() != 1) throw NotLowered{"step '" + step_.name + "' fuses ops into " + n.op + " '" + n.name + "', which the GPU does not yet"};
   }
 
+  std::vector<std::string> router_defines(const Node& n, const Value& x, const Value& w) const {
+    return {"TEC_H=" + std::to_string(n.attrs.get_int("in_features", 0)) + "LL",
+            "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
+            "TEC_K=" + std::to_string(n.attrs.get_int("top_k", 0)),
+            "TEC_SCORE=" + std::string(n.attrs.get_string("score_function", "softmax") == "sigmoid" ? "TEC_SCORE_SIGMOID" : "TEC_SCORE_SOFTMAX"),
+            "TEC_NORMALIZE=" + std::string(n.attrs.get_bool("normalize_topk", false) ? "1" : "0"),
+            "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
+            "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(w.proto.dtype, "weight '" + w.name + "'"))};
+  }
+
   // Logits, scores and top-k per token, one block each: moe.cu's tec_moe_router.
   void lower_moe_router(const Node& n) {
     require_single_node(n);
     const Value& x = input(n, 0);
     const Value& w = input(n, 1);
     const int64_t tokens = x.proto.shape.rows();
-    std::vector<std::string> defines = {
-        "TEC_H=" + std::to_string(n.attrs.get_int("in_features", 0)) + "LL",
-        "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
-        "TEC_K=" + std::to_string(n.attrs.get_int("top_k", 0)),
-        "TEC_SCORE=" + std::string(n.attrs.get_string("score_function", "softmax") == "sigmoid" ? "TEC_SCORE_SIGMOID" : "TEC_SCORE_SOFTMAX"),
-        "TEC_NORMALIZE=" + std::string(n.attrs.get_bool("normalize_topk", false) ? "1" : "0"),
-        "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
-        "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(w.proto.dtype, "weight '" + w.name + "'"))};
-    out_.push_back(moe_launch("tec_moe_router", std::move(defines),
+    out_.push_back(moe_launch("tec_moe_router", router_defines(n, x, w),
                               {buf(data(x)), buf(data(w)), buf(data(g_.value(n.outputs.at(0)))), buf(data(g_.value(n.outputs.at(1))))},
                               tokens, kRowThreads));
   }
@@ -1403,6 +1430,190 @@ class StepLowering {
     p.inputs = {buf(data(y)), buf(data(input(n, 1))), buf(data(weights))};
     p.more[0] = status_bit(TEC_STATUS_BAD_ROW_MAP);
     emit_row(p, output(n));
+  }
+
+  // ---- The MoE layer's backward (train plans): kernels/moe.cu, row.cu producers 20 and 22,
+  // grouped_gemm.cu (dgrad), grouped_wgrad.cu ----
+
+  void require_unquantized(const Node& n, std::initializer_list<const Value*> values) const {
+    for (const Value* v : values)
+      if (v && v->proto.quantizer) throw NotLowered{"backward node '" + n.name + "' reads or writes quantized '" + v->name + "'"};
+  }
+
+  // The router's backward (one block per token), then its weight's gradient (a thread per element).
+  void lower_moe_router_backward(const Node& n, const Value* dx, const Value* dw) {
+    const Value& x = input(n, 0);
+    const Value& w = input(n, 1);
+    const Value& dweights = input(n, 2);
+    require_unquantized(n, {&x, &w, &dweights, dx, dw});
+    const int64_t tokens = x.proto.shape.rows(), experts = n.attrs.get_int("num_experts", 0), hidden = n.attrs.get_int("in_features", 0);
+    const std::string dlogits = add_workspace(n.name + ".dlogits", TensorProto::dense(Shape{tokens, experts}, DType::fp32));
+    const std::string dx_buffer = dx ? data(*dx) : add_workspace(n.name + ".dx", TensorProto::dense(x.proto.shape, x.proto.dtype));
+    std::vector<std::string> defines = router_defines(n, x, w);
+    defines.push_back("TEC_OUT_DTYPE=" + std::to_string(dtype_code(dx ? dx->proto.dtype : x.proto.dtype, "the router's dx")));
+    if (dw)
+      defines.insert(defines.end(), {"TEC_ROUTER_TOKENS=" + std::to_string(tokens) + "LL",
+                                     "TEC_DW_DTYPE=" + std::to_string(dtype_code(dw->proto.dtype, "'" + dw->name + "'"))});
+    out_.push_back(moe_launch("tec_moe_router_backward", defines, {buf(data(x)), buf(data(w)), buf(data(dweights)), buf(dlogits), buf(dx_buffer)},
+                              tokens, kRowThreads));
+    if (dw)
+      out_.push_back(moe_launch("tec_moe_router_weight_grad", defines, {buf(data(x)), buf(dlogits), buf(data(*dw))},
+                                ceil_div(experts * hidden, 256), 256));
+  }
+
+  // d(permuted) back to token order: the row map made again from the indices (tec_moe_route),
+  // then each token the sum of its k rows (producer 20, unweighted).
+  void lower_moe_permute_backward(const Node& n, const Value* dx) {
+    const Value& indices = input(n, 0);
+    const Value& dpermuted = input(n, 1);
+    require_unquantized(n, {&dpermuted, dx});
+    if (!dx) return;
+    const int64_t slots = indices.proto.shape.numel(), experts = n.attrs.get_int("num_experts", 0);
+    auto int32_workspace = [&](const char* what, int64_t count) {
+      return add_workspace(n.name + "." + what, TensorProto::dense(Shape{count}, DType::int32));
+    };
+    const std::string m_splits = int32_workspace("m_splits", experts), row_map = int32_workspace("row_map", slots),
+                      row_source = int32_workspace("row_source", slots);
+    out_.push_back(moe_launch("tec_moe_route",
+                              {"TEC_SLOTS=" + std::to_string(slots) + "LL", "TEC_E=" + std::to_string(experts),
+                               "TEC_K=" + std::to_string(indices.proto.shape.cols()) + "LL"},
+                              {buf(data(indices)), buf(m_splits), buf(row_map), buf(row_source), status_bit(TEC_STATUS_BAD_EXPERT)}, 1, 1024));
+    Producer p;
+    p.defines = {"TEC_PRODUCER=20", "TEC_UNWEIGHTED=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dpermuted.proto.dtype, "'" + dpermuted.name + "'")),
+                 "TEC_TOPK=" + std::to_string(indices.proto.shape.cols()), "TEC_Y_ROWS=" + std::to_string(slots) + "LL"};
+    p.inputs = {buf(data(dpermuted)), buf(row_map), {}};
+    p.more[0] = status_bit(TEC_STATUS_BAD_ROW_MAP);
+    emit_row(p, *dx);
+  }
+
+  // d(weights): a block per token slot; d(y): each row's slot found (tec_moe_invert_row_map),
+  // then the row kernel's scatter (producer 22), which may quantize it for fc2's backward.
+  void lower_moe_unpermute_backward(const Node& n, const Value* dy, const Value* dweights) {
+    const Value& y = input(n, 0);
+    const Value& row_map = input(n, 1);
+    const Value& weights = input(n, 2);
+    const Value& dout = input(n, 3);
+    require_unquantized(n, {&y, &weights, &dout, dweights});
+    const int64_t slots = weights.proto.shape.numel(), top_k = weights.proto.shape.cols(), y_rows = y.proto.shape.rows();
+    if (dweights)
+      out_.push_back(moe_launch("tec_moe_unpermute_weights_grad",
+                                {"TEC_COLS=" + std::to_string(y.proto.shape.cols()) + "LL", "TEC_K=" + std::to_string(top_k) + "LL",
+                                 "TEC_Y_ROWS=" + std::to_string(y_rows) + "LL",
+                                 "TEC_IN_DTYPE=" + std::to_string(dtype_code(y.proto.dtype, "'" + y.name + "'")),
+                                 "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(dout.proto.dtype, "'" + dout.name + "'"))},
+                                {buf(data(y)), buf(data(row_map)), buf(data(dout)), buf(data(*dweights)), status_bit(TEC_STATUS_BAD_ROW_MAP)},
+                                slots, kRowThreads));
+    if (!dy) return;
+    const std::string slot_of_row = add_workspace(n.name + ".slot_of_row", TensorProto::dense(Shape{y_rows}, DType::int32));
+    out_.push_back(moe_launch("tec_moe_invert_row_map",
+                              {"TEC_INVERT_SLOTS=" + std::to_string(slots) + "LL", "TEC_Y_ROWS=" + std::to_string(y_rows) + "LL"},
+                              {buf(data(row_map)), buf(slot_of_row), status_bit(TEC_STATUS_BAD_ROW_MAP)}, 1, 1024));
+    Producer p;
+    p.defines = {"TEC_PRODUCER=22", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dout.proto.dtype, "'" + dout.name + "'")),
+                 "TEC_TOPK=" + std::to_string(top_k)};
+    p.inputs = {buf(data(dout)), buf(slot_of_row), buf(data(weights))};
+    emit_row(p, *dy);
+  }
+
+  // grouped_linear's backward. Inputs: x, m_splits, W, dy quantized rowwise, dy quantized
+  // columnwise, [dy]. dgrad dx = dy W[e] is the forward's grouped GEMM over W's members
+  // transposed (bf16: W transposed while tiled; FP8: the columnwise copy tiled), wgrad
+  // dW[e] = dy^T x is kernels/grouped_wgrad.cu, which reads both operands rowwise: for the
+  // per-tensor recipes the same values as the columnwise copies, whose one scale they share.
+  void lower_grouped_backward(const Node& n) {
+    const Value& x = input(n, 0);
+    const Value& splits = input(n, 1);
+    const Value& w = input(n, 2);
+    const Value& dy = input(n, 3);
+    auto grad_of = [&](int slot) -> const Value* {
+      for (size_t i = 0; i < n.gradient_slots.size(); ++i)
+        if (n.gradient_slots[i] == slot) return &g_.value(n.outputs.at(i));
+      return nullptr;
+    };
+    const Value* dx = grad_of(0);
+    const Value* dw = grad_of(2);
+    const std::string where = "the backward of grouped_linear '" + n.name + "'";
+    if (grad_of(3)) throw NotLowered{where + ": the bias gradient per expert has no GPU kernel yet"};
+    if (!hopper_) throw NotLowered{where + ": tec's grouped GEMMs are Hopper (sm_90) kernels; compile with --arch sm_90 alone"};
+    const auto [accumulated, main_grad] = fused_main_grad_add(dw);
+    // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor.
+    auto type_code = [&](const Value& v) {
+      if (!v.proto.quantizer && v.proto.dtype == DType::bf16) return 0;
+      if (v.proto.quantizer && fp8_per_tensor(v) && v.proto.usage.rowwise) return v.proto.quantizer->dtype == DType::fp8_e4m3 ? 3 : 4;
+      throw NotLowered{where + " reads " + (v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))) + " '" +
+                       v.name + "'; the GPU's grouped backward takes bf16 and per-tensor FP8 (fp8-current, fp8-delayed) so far"};
+    };
+    const int x_type = type_code(x), w_type = type_code(w), dy_type = type_code(dy);
+    if ((x_type == 0) != (w_type == 0) || (x_type == 0) != (dy_type == 0) || (w_type != 0 && w_type != 3))
+      throw NotLowered{where + " mixes operand types (bf16 with FP8, or an E5M2 weight)"};
+    const bool fp8 = x_type != 0;
+    // The memory plan frees a saved FP8 input's rowwise copy once the forward has read it (wgrad
+    // reads the columnwise one), and grouped_wgrad.cu reads rows: until it reads the transposed
+    // copy, FP8 experts train on the CPU reference. Measured on the H100: the per-member weight
+    // quantize, the routing's backward and the dgrad match; the wgrad read freed memory.
+    if (fp8)
+      throw NotLowered{where + ": the grouped wgrad reads '" + x.name + "' rowwise, and under FP8 only its columnwise copy lives until "
+                       "the backward; MoE layers train on the GPU under bf16 so far"};
+    const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
+    const int64_t rows = x.proto.shape.rows();
+    if (n_out % 128 != 0 || k % 128 != 0)
+      throw NotLowered{where + ": the grouped backward GEMMs need in_features and out_features % 128 == 0, got " + std::to_string(k) + " and " +
+                       std::to_string(n_out)};
+    if (dx) {
+      const bool staged = dx->proto.quantizer.has_value();
+      if (!staged && dx->proto.dtype != DType::bf16 && dx->proto.dtype != DType::fp32)
+        throw NotLowered{where + ": dgrad output '" + dx->name + "' is " + std::string(tec::to_string(dx->proto.dtype)) + "; the grouped GEMM writes bf16 or fp32"};
+      // W^T's members [k, n_out]: a bf16 weight transposed as it is tiled, an FP8 one's columnwise copy tiled as it is.
+      (void)packed_member_bytes(w, fp8 ? BufferRole::columnwise_data : BufferRole::data);
+      const std::string w_t = fp8 ? tile_grouped_weight(role(w, BufferRole::columnwise_data), w.name + ".dgrad_tiles", experts, k, n_out, 1, false)
+                                  : tile_grouped_weight(data(w), w.name + ".dgrad_tiles", experts, n_out, k, 2, true);
+      const DType d_type = staged ? DType::bf16 : dx->proto.dtype;
+      const std::string d = staged ? add_workspace("dgrad_staging", TensorProto::dense(dx->proto.shape, DType::bf16)) : data(*dx);
+      const int64_t tile_n = k % 256 == 0 ? 256 : 128;
+      std::vector<std::string> defines = {"TEC_N=" + std::to_string(k) + "LL", "TEC_TILE_N=" + std::to_string(tile_n), "TEC_K=" + std::to_string(n_out) + "LL",
+                                          "TEC_E=" + std::to_string(experts), "TEC_ROWS=" + std::to_string(rows) + "LL",
+                                          "TEC_BF16=" + std::string(fp8 ? "0" : "1"), "TEC_BIAS=0", "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"),
+                                          "TEC_AMAX=0", "TEC_X_E5M2=" + std::string(dy_type == 4 ? "1" : "0")};
+      Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n);
+      l.args = {buf(w_t),
+                fp8 ? buf(role(w, BufferRole::scale_inv)) : LaunchArg{},
+                buf(data(dy)),
+                fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{},
+                LaunchArg{},
+                buf(data(splits)),
+                buf(d),
+                status_bit(TEC_STATUS_BAD_SPLITS),
+                LaunchArg{}};
+      out_.push_back(std::move(l));
+      step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (tiled every run)");
+      if (staged) emit_row(load(d, DType::bf16, "dgrad staging"), *dx);
+    }
+    if (dw) {
+      const Value& d = accumulated ? *accumulated : *dw;
+      if (d.proto.quantizer || (d.proto.dtype != DType::fp32 && d.proto.dtype != DType::bf16))
+        throw NotLowered{where + ": wgrad output '" + d.name + "' is " + (d.proto.quantizer ? d.proto.quantizer->str() : std::string(tec::to_string(d.proto.dtype))) +
+                         "; the grouped wgrad writes fp32 or bf16"};
+      if (main_grad && (data(*main_grad) != data(d) || main_grad->proto.dtype != d.proto.dtype))
+        throw NotLowered{where + ": '" + main_grad->name + "' and '" + d.name + "' are not one buffer, which the grouped wgrad adds into in place"};
+      KernelRequest request{"grouped_wgrad.cu",
+                            {"TEC_N=" + std::to_string(n_out) + "LL", "TEC_K=" + std::to_string(k) + "LL", "TEC_E=" + std::to_string(experts),
+                             "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type),
+                             "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"), "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0")},
+                            ""};
+      Launch l;
+      l.kind = Launch::Kind::kernel;
+      l.step = index_;
+      l.module = modules_.add(request);
+      l.entry = "tec_grouped_wgrad";
+      l.grid = {k / 128, n_out / 128, experts};
+      l.block = {256, 1, 1};
+      l.shared_bytes = 2 * 2 * 64 * (128 + 8) * 2;  // two steps of both operands: 64 rows of 128 bf16, 16 bytes of skew each
+      l.args = {buf(data(dy)), fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{}, buf(data(x)),
+                fp8 ? buf(role(x, BufferRole::scale_inv)) : LaunchArg{}, buf(data(splits)), buf(data(d)), status_bit(TEC_STATUS_BAD_SPLITS)};
+      out_.push_back(std::move(l));
+      step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (mma.sync)" +
+                              (main_grad ? ", added into '" + main_grad->name + "'" : std::string()));
+    }
   }
 
   // kernels/grouped_gemm.cu: one launch over every expert, m_splits read on the device. The
@@ -1467,10 +1678,15 @@ class StepLowering {
                                    : ": tec's grouped GEMM reads no 32- or 16-element block scales") +
                               ": every expert's weight dequantized to bf16 in the GEMM's tiled layout (" +
                               (w.kind == ValueKind::weight ? "once per session" : "every run") + "), the tokens every run; bf16 grouped GEMM");
+    } else if (w.kind != ValueKind::weight) {
+      // A train plan's weight changes every step: copied into the kernel's layout every run.
+      w_data = tile_grouped_weight(data(w), w.name + ".tiles", experts, n_out, k, element_bytes, false);
+      x_data = data(x);
+      step_.fusions.push_back("gpu: '" + w.name + "' is made every run, so copied into the grouped GEMM's tiled layout every run");
     } else {
       w_data = data(w);
       x_data = data(x);
-      if (w.kind == ValueKind::weight) mid_m_weights_.push_back(w_data);
+      mid_m_weights_.push_back(w_data);
       if (layouts_ && layout_of(w_data) != "mid_m_tiles")
         throw NotLowered{where + ": its weight '" + w.name + "' is read by other kernels too, and the grouped GEMM needs it in its own device layout"};
     }
@@ -1511,22 +1727,7 @@ class StepLowering {
       defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
                                      "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(k, 128), 4)) + "LL",
                                      "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::scale_inv) / 4) + "LL"});
-    KernelRequest request{"grouped_gemm.cu", defines, ""};
-    request.arch_specific = true;
-    Launch l;
-    l.kind = Launch::Kind::kernel;
-    l.step = index_;
-    l.module = modules_.add(request);
-    l.entry = "tec_grouped_gemm";
-    // The most tiles any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E per column tile.
-    const int64_t column_tiles = gated_epilogue ? n_out / 2 / 128 : n_out / tile_n;
-    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles, 1, 1};
-    l.block = {384, 1, 1};  // a producer warpgroup and two consumers
-    // One block per SM striding over the tiles: its producer fills the next tile's slots while
-    // its consumers run this tile's epilogue.
-    l.persistent = true;
-    // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
-    l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
+    Launch l = grouped_gemm_launch(std::move(defines), rows, experts, gated_epilogue ? n_out / 2 / 128 : n_out / tile_n, tile_n);
     auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };
     l.args = {buf(w_data),
               opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)),
@@ -1564,6 +1765,47 @@ class StepLowering {
     step_.fusions.push_back("gpu: " + std::string(tec::to_string(written.proto.quantizer->kind)) + " output of '" + written.name +
                             "' staged in bf16, then quantized by a row kernel");
     emit_row(load(d, DType::bf16, "staging"), written);
+  }
+
+  // kernels/grouped_gemm.cu over `rows` rows of `experts` experts, `column_tiles` tiles of D's
+  // columns per 128 rows.
+  Launch grouped_gemm_launch(std::vector<std::string> defines, int64_t rows, int64_t experts, int64_t column_tiles, int64_t tile_n) {
+    KernelRequest request{"grouped_gemm.cu", std::move(defines), ""};
+    request.arch_specific = true;
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(request);
+    l.entry = "tec_grouped_gemm";
+    // The most tiles any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E per column tile.
+    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles, 1, 1};
+    l.block = {384, 1, 1};  // a producer warpgroup and two consumers
+    // One block per SM striding over the tiles: its producer fills the next tile's slots while
+    // its consumers run this tile's epilogue.
+    l.persistent = true;
+    // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
+    l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
+    return l;
+  }
+
+  // A grouped weight's buffer [experts, rows, cols] (elements of element_bytes) copied into the
+  // grouped GEMM's tiled layout, each member transposed when `transpose` (kernels/moe.cu's
+  // tec_moe_tile_weight); returns the copy's workspace.
+  std::string tile_grouped_weight(const std::string& source, const std::string& name, int64_t experts, int64_t rows, int64_t cols,
+                                  int64_t element_bytes, bool transpose) {
+    if (rows % 64 != 0 || cols % 64 != 0)
+      throw NotLowered{"grouped weight '" + name + "': its members' " + std::to_string(rows) + " x " + std::to_string(cols) +
+                       " are no multiples of 64, which the grouped GEMM's tiled layout takes"};
+    const std::string out =
+        add_workspace(name, TensorProto::dense(Shape{experts * rows * cols * element_bytes}, DType::uint8));
+    Launch l = moe_launch("tec_moe_tile_weight",
+                          {"TEC_TILE_MEMBER_ROWS=" + std::to_string(rows) + "LL", "TEC_TILE_COLS=" + std::to_string(cols) + "LL",
+                           "TEC_TILE_BYTES=" + std::to_string(element_bytes), "TEC_TILE_TRANSPOSE=" + std::string(transpose ? "1" : "0")},
+                          {buf(source), buf(out)}, 0, 0);
+    l.grid = {cols / 32, rows / 32, experts};
+    l.block = {32, 8, 1};
+    out_.push_back(std::move(l));
+    return out;
   }
 
   // A block-scaled grouped weight [experts x n_out rows, k] as bf16 in kernels/mid_m_layout.h's

@@ -475,7 +475,7 @@ std::vector<HostTensor> reference_unpermute(const Attributes&, const std::vector
 
 // in: y, the row map, the weights, d(out). dy[row of slot s] = weights[s] * d(out)[s / k] (rows
 // no slot maps to get zero); d(weights)[s] = the dot of d(out)[s / k] with y[row of s], in fp32
-// in column order.
+// in tec_row_sum_order (the GPU's block of TEC_ROW_THREADS per slot).
 std::vector<HostTensor> backward_reference_unpermute(const Attributes&, const std::vector<HostTensor>& in) {
   const HostTensor& y = in[0];
   const HostTensor& row_map = in[1];
@@ -489,9 +489,7 @@ std::vector<HostTensor> backward_reference_unpermute(const Attributes&, const st
     const int64_t r = index_value(row_map.values[static_cast<size_t>(s)]);
     const float* d = &dout.values[static_cast<size_t>((s / k) * cols)];
     const float* yr = &y.values[static_cast<size_t>(r * cols)];
-    float acc = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) acc += d[c] * yr[c];
-    dweights.values[static_cast<size_t>(s)] = acc;
+    dweights.values[static_cast<size_t>(s)] = tec_row_sum_order(cols, [&](long long c) { return d[c] * yr[c]; });
   });
   // In slot order on one thread: a row map that names a row twice (a hostile plan's) leaves the
   // last slot's values, the same every run.

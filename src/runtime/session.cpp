@@ -439,8 +439,8 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   for (const std::string& name : profile_.delayed) {
     const plan::Tensor& t = profile_.tensors.at(name);
     const Quantizer& q = *t.proto.quantizer;
-    // Only MoE train plans have these (an amax history per expert), and their backward has no
-    // GPU code yet, so the lowering never lets such a plan here.
+    // Only MoE train plans have these (an amax history per expert), and the lowering refuses
+    // them (codegen's emit_row: grouped tensors made every run take fp8-current alone so far).
     TEC_INTERNAL_CHECK(!t.proto.is_grouped(), (ErrorContext{"runtime", name, "", ""}))
         << "delayed scaling of a grouped tensor (one history per member) has no GPU kernel";
     const float one = 1.0f;

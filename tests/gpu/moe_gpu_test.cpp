@@ -7,13 +7,17 @@
 //   the CPU reference on the same inputs: the router's own routing (new tokens each run), and
 //   routings given from outside: uniform, skewed, every token on one expert, experts left empty;
 // - hostile routing data (an expert index out of range, m_splits that do not sum to the rows)
-//   is reported whenever the results are read, until the next run; the next good run is fine.
+//   is reported whenever the results are read, until the next run; the next good run is fine;
+// - training (bf16; the FP8 recipes train MoE layers on the CPU reference so far) through the
+//   same four routings: the backward's kernel
+//   steps bit for bit, the grouped dgrad and wgrad within bounds, 100 replays of one graph.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -49,8 +53,10 @@ double run_bound(RecipeKind recipe) { return recipe == RecipeKind::nvfp4 ? kFp4R
 int replay_count() { return std::getenv("TEC_GPU_TEST_SMALL") ? 20 : 100; }
 
 // `block_scales` false: te-compile --no-grouped-block-scales (fp8-block experts through a bf16 copy).
-std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKind recipe, const std::string& arch, bool block_scales = true) {
+std::shared_ptr<const plan::Plan> compile_plan(const std::string& path, RecipeKind recipe, const std::string& arch, bool block_scales = true,
+                                               Mode mode = Mode::infer) {
   CompileOptions options;
+  options.frontend.mode = mode;
   options.grouped_block_scales = block_scales;
   options.model_path = path;
   options.frontend.recipe = recipe;
@@ -72,13 +78,14 @@ std::string write_model(const std::string& name, const std::string& text) {
 }
 
 // A layer with its routing given from outside: x [T, 256], each token's experts and weights.
-std::string routed_layer(int64_t tokens, int64_t top_k, int64_t experts) {
+std::string routed_layer(int64_t tokens, int64_t top_k, int64_t experts, bool bias = true) {
   return R"({"name": "routed", "inputs": [{"name": "x", "shape": [)" + std::to_string(tokens) + R"(, 256]},
     {"name": "experts", "shape": [)" + std::to_string(tokens) + ", " + std::to_string(top_k) + R"(], "dtype": "int32"},
     {"name": "weights", "shape": [)" + std::to_string(tokens) + ", " + std::to_string(top_k) + R"(], "dtype": "fp32"}],
     "ops": [{"name": "permute", "op": "moe_permute", "inputs": ["x", "experts"], "attrs": {"num_experts": )" + std::to_string(experts) + R"(}},
             {"name": "fc", "op": "grouped_linear", "inputs": ["permute", "permute.m_splits"],
-             "attrs": {"num_gemms": )" + std::to_string(experts) + R"(, "in_features": 256, "out_features": 384, "bias": true}},
+             "attrs": {"num_gemms": )" + std::to_string(experts) + R"(, "in_features": 256, "out_features": 384, "bias": )" +
+         (bias ? "true" : "false") + R"(}},
             {"name": "y", "op": "moe_unpermute", "inputs": ["fc", "permute.row_map", "weights"]}],
     "outputs": ["y", "permute.m_splits"]})";
 }
@@ -112,19 +119,32 @@ struct Bench {
                    stream);
   }
   // One graph replay, poisoned first, against the CPU reference run from the same arena (inputs,
-  // and delayed scaling's state as the GPU's runs left it): the error of output `name`, and
-  // m_splits as the GPU made them.
-  double replay_error(const std::string& name, std::vector<float>* m_splits = nullptr) {
+  // and the state as the GPU's runs left it): the error of output `name`, and m_splits as the
+  // GPU made them.
+  double replay_error(const std::string& name, std::vector<float>* m_splits = nullptr) { return replay_errors({name}, m_splits).at(0); }
+  // The same for several tensors; one that ends in ".main_grad" is compared by its growth over
+  // the run (what this step's wgrad added), not by the sum of every run's.
+  std::vector<double> replay_errors(const std::vector<std::string>& names, std::vector<float>* m_splits = nullptr) {
     upload_inputs();
     gpu.poison(stream);
     reference::Session cpu(*plan, profile);
     cpu.set_arena(gpu.download_arena(stream));
+    std::map<std::string, std::vector<float>> before;
+    for (const std::string& name : names)
+      if (name.ends_with(".main_grad")) before[name] = cpu.read(name).values;
     gpu.run(stream);
     reference::Session view(*plan, profile);
     view.set_arena(gpu.download_arena(stream));
     cpu.run();
     if (m_splits) *m_splits = view.read("permute.m_splits").values;
-    return relative_error(view.read(name).values, cpu.read(name).values);
+    std::vector<double> errors;
+    for (const std::string& name : names) {
+      std::vector<float> got = view.read(name).values, want = cpu.read(name).values;
+      if (before.count(name))
+        for (size_t i = 0; i < got.size(); ++i) got[i] -= before[name][i], want[i] -= before[name][i];
+      errors.push_back(relative_error(got, want));
+    }
+    return errors;
   }
 };
 
@@ -208,6 +228,22 @@ int router_case(const std::string& model, RecipeKind recipe, const std::string& 
   return failures;
 }
 
+// The routed layer's inputs `experts` and `weights` by pattern: 0 uniform, 1 skewed (expert 3
+// takes half and more), 2 every slot on expert 6, 3 the odd experts empty.
+void set_routing(reference::Session& inputs, std::mt19937& rng, int pattern, int64_t tokens, int64_t top_k, int64_t experts) {
+  std::vector<float> chosen(static_cast<size_t>(tokens * top_k)), weights(chosen.size());
+  for (size_t s = 0; s < chosen.size(); ++s) {
+    int e = static_cast<int>(rng() % experts);
+    if (pattern == 1) e = rng() % 2 ? 3 : e;
+    if (pattern == 2) e = 6;
+    if (pattern == 3) e = static_cast<int>(rng() % (experts / 2)) * 2;
+    chosen[s] = static_cast<float>(e);
+    weights[s] = static_cast<float>(rng() % 1000) / 1000.0f;
+  }
+  inputs.set_input("experts", HostTensor{Shape{tokens, top_k}, chosen});
+  inputs.set_input("weights", HostTensor{Shape{tokens, top_k}, weights});
+}
+
 // The routing is an input: uniform, skewed, all on one expert, half the experts empty.
 int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream, bool block_scales = true) {
   const int64_t tokens = 300, top_k = 2, experts = 8;
@@ -215,19 +251,7 @@ int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream,
   Bench b(plan, 0, stream);
   const std::string label = "routed layer " + std::string(to_string(recipe)) + (block_scales ? "" : "+bf16-copy") + " T=300";
   std::mt19937 rng(5);
-  auto route = [&](int pattern) {
-    std::vector<float> chosen(static_cast<size_t>(tokens * top_k)), weights(chosen.size());
-    for (size_t s = 0; s < chosen.size(); ++s) {
-      int e = static_cast<int>(rng() % experts);
-      if (pattern == 1) e = rng() % 2 ? 3 : e;                       // skewed: expert 3 takes half and more
-      if (pattern == 2) e = 6;                                       // every slot on expert 6
-      if (pattern == 3) e = static_cast<int>(rng() % (experts / 2)) * 2;  // odd experts empty
-      chosen[s] = static_cast<float>(e);
-      weights[s] = static_cast<float>(rng() % 1000) / 1000.0f;
-    }
-    b.inputs.set_input("experts", HostTensor{Shape{tokens, top_k}, chosen});
-    b.inputs.set_input("weights", HostTensor{Shape{tokens, top_k}, weights});
-  };
+  auto route = [&](int pattern) { set_routing(b.inputs, rng, pattern, tokens, top_k, experts); };
   b.inputs.randomize_inputs(3);
   route(0);
   int failures = check_steps(b, label);
@@ -270,6 +294,41 @@ int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream,
   failures += hostile_ok ? 0 : 1;
   std::printf("  %-40s an expert index out of range: %s; the next run: %.2e%s\n", label.c_str(),
               refused.empty() ? "NOT REPORTED" : refused.c_str(), after, hostile_ok ? "" : "  FAIL");
+  return failures;
+}
+
+// A training step through routing given from outside: each step against the CPU's (kernel
+// steps bit for bit: the permute, unpermute and their backward; the grouped GEMMs, dgrad and
+// wgrad within bounds), then 100 replays of one train graph with the four routing patterns in
+// turn, y, dx, d(weights) and the growth of fc's main_grad each within the run bound of the CPU
+// reference run from the same arena.
+int routed_train_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream) {
+  const int64_t tokens = 300, top_k = 2, experts = 8;
+  const auto plan = compile_plan(write_model("routed_train", routed_layer(tokens, top_k, experts, false)), recipe, arch, true, Mode::train);
+  Bench b(plan, 0, stream);
+  const std::string label = "routed layer train " + std::string(to_string(recipe)) + " T=300";
+  std::mt19937 rng(11);
+  b.inputs.randomize_inputs(3);
+  set_routing(b.inputs, rng, 0, tokens, top_k, experts);
+  int failures = check_steps(b, label);
+  const std::vector<std::string> names = {"y", "dx", "dweights", "fc.weight.main_grad"};
+  std::vector<double> worst(names.size(), 0.0);
+  const int replays = replay_count();
+  for (int replay = 0; replay < replays; ++replay) {
+    b.inputs.randomize_inputs(100 + static_cast<uint64_t>(replay));
+    set_routing(b.inputs, rng, replay % 4, tokens, top_k, experts);
+    const std::vector<double> errors = b.replay_errors(names);
+    for (size_t i = 0; i < names.size(); ++i) worst[i] = worse(worst[i], errors[i]);
+  }
+  bool ok = true;
+  std::string line;
+  for (size_t i = 0; i < names.size(); ++i) {
+    ok &= worst[i] < run_bound(recipe);
+    line += " " + names[i] + " " + std::to_string(worst[i]).substr(0, 8);
+  }
+  failures += ok ? 0 : 1;
+  std::printf("  %-40s %d replays (uniform, skewed, all on expert 6, odd experts empty), worst ||gpu-cpu||/||cpu||:%s (bound %.2g)%s\n",
+              label.c_str(), replays, line.c_str(), run_bound(recipe), ok ? "" : "  FAIL");
   return failures;
 }
 
@@ -338,6 +397,8 @@ int moe_test(const std::string& arch) {
       failures += routed_case(recipe, arch, stream, false);
     }
   }
+  for (RecipeKind recipe : {RecipeKind::bf16})  // the recipe MoE layers train under on the GPU so far
+    if (!only_recipe || to_string(recipe) == only_recipe) failures += routed_train_case(recipe, arch, stream);
   if (!only_recipe) failures += hostile_splits_case(arch, stream);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return failures;

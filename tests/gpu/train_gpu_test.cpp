@@ -1,5 +1,5 @@
-// Train plans on the GPU (ARCHITECTURE.md §12), for mlp_tiny, swiglu_mlp and mlp.json (T=16 and
-// 2048) under every recipe that trains on the GPU:
+// Train plans on the GPU (ARCHITECTURE.md §12), for mlp_tiny, swiglu_mlp, moe_tiny and mlp.json
+// (T=16 and 2048) under every recipe that trains on the GPU:
 // - every kernel step of every training step (mlp.json: of the last), run on the CPU from the GPU's arena before it,
 //   matches the GPU's bytes exactly (weight workspace, forward, backward, column sums, AdamW),
 //   and every GEMM step's outputs lie within the recipe's bound of the CPU's (where the CPU
@@ -262,6 +262,8 @@ int train_plans_test(const std::string& arch) {
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_current, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"swiglu_mlp.json", RecipeKind::bf16, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_block, {128}, TrainOptions::Optimizer::adamw});
+  for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16 so far
+  cases.push_back({"moe_tiny.json", RecipeKind::bf16, {64}, TrainOptions::Optimizer::adamw});
   if (!std::getenv("TEC_GPU_TEST_SMALL"))
     for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
       cases.push_back({"mlp.json", r, {16, 2048}});

@@ -274,18 +274,55 @@ TEST_CASE("MoE graphs that cannot work are refused at compile time, naming the n
   }
 }
 
-TEST_CASE("an MoE train plan runs on the CPU reference; its GPU lowering names the backward it lacks") {
-  CompileOptions o;
-  o.model_path = test::source_dir() + "/examples/moe_tiny.json";
-  o.frontend = test::with_recipe(RecipeKind::bf16, Mode::train);
-  o.archs = {"sm_90"};
-  o.cache_dir = "";
-  o.dump_after = "lower";
-  const CompileResult r = compile(o);
-  for (const CompiledProfile& p : r.profiles) {
+TEST_CASE("an MoE train plan lowers for the GPU under bf16; the FP8 recipes name what they lack") {
+  auto lowered = [](RecipeKind recipe) {
+    CompileOptions o;
+    o.model_path = test::source_dir() + "/examples/moe_tiny.json";
+    o.frontend = test::with_recipe(recipe, Mode::train);
+    o.archs = {"sm_90"};
+    o.cache_dir = "";
+    o.dump_after = "lower";
+    return compile(o);
+  };
+  for (RecipeKind recipe : {RecipeKind::bf16}) {
+    CAPTURE(to_string(recipe));
+    const CompileResult r = lowered(recipe);
+    for (const CompiledProfile& p : r.profiles) {
+      CHECK(p.gpu.supported);
+      // The kernels of step `step`, or of the step that fuses more nodes after it ("step+...").
+      auto kernels = [&](const std::string& step) {
+        std::vector<std::string> entries;
+        for (const codegen::Launch& l : p.gpu.launches) {
+          const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
+          if (name == step || name.starts_with(step + "+")) entries.push_back(l.entry);
+        }
+        return entries;
+      };
+      using Kernels = std::vector<std::string>;
+      // The forward's weights change every step: tiled every run before the grouped GEMM.
+      CHECK(kernels("fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
+      // dgrad over W^T, tiled, then wgrad into main_grad.
+      CHECK(kernels("fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
+      // d(weights), then d(y) scattered back by a row kernel (which may quantize it in two passes).
+      const Kernels unpermute = kernels("unpermute.backward");
+      CHECK(Kernels(unpermute.begin(), unpermute.begin() + 3) == Kernels{"tec_moe_unpermute_weights_grad", "tec_moe_invert_row_map", "tec_row"});
+      CHECK(kernels("permute.backward") == Kernels{"tec_moe_route", "tec_row"});
+      CHECK(kernels("router.backward") == Kernels{"tec_moe_router_backward", "tec_moe_router_weight_grad"});
+    }
+  }
+  // The grouped wgrad reads rows, and FP8 keeps only the columnwise copy of the saved input.
+  for (const CompiledProfile& p : lowered(RecipeKind::fp8_current).profiles) {
     CHECK_FALSE(p.gpu.supported);
-    CHECK(p.gpu.reason.find("has no GPU kernel yet") != std::string::npos);
-    CHECK(p.gpu.reason.find("moe_unpermute") != std::string::npos);  // the first backward step
+    CHECK(p.gpu.reason.find("the grouped wgrad reads 'act' rowwise") != std::string::npos);
+  }
+  // An amax history per expert for the weights made every step: not on the GPU yet.
+  for (const CompiledProfile& p : lowered(RecipeKind::fp8_delayed).profiles) {
+    CHECK_FALSE(p.gpu.supported);
+    CHECK(p.gpu.reason.find("'fc1.weight' is a grouped fp8_delayed tensor made every run") != std::string::npos);
+  }
+  for (const CompiledProfile& p : lowered(RecipeKind::fp8_block).profiles) {
+    CHECK_FALSE(p.gpu.supported);
+    CHECK(p.gpu.reason.find("the GPU's grouped backward takes bf16 and per-tensor FP8") != std::string::npos);
   }
 }
 

@@ -1,0 +1,215 @@
+// The weight gradient of an MoE layer's grouped linear (train plans): for each expert e,
+//   D[e] (N x K) = alpha * dY[rows of e]^T . X[rows of e]  (+ D[e] as it was, TEC_ACCUMULATE)
+// where the rows of e are the m_splits[e] rows after those of the experts before it, read from
+// device memory as kernels/grouped_gemm.cu reads them: one graph serves any routing. The sum
+// runs along the experts' rows, so its length is the routing's; cuBLASLt takes it from the
+// host, hence this kernel.
+//
+// A block makes a 128 x 128 tile of one expert's D (grid: K / 128, N / 128, E), 8 warps of
+// 32 x 64 each, with mma.sync m16n8k16 (bf16 in, fp32 sums). Both operands are read rowwise,
+// along their M (token) rows: TEC_CHUNK rows of dY's 128 columns and of X's 128 columns go to
+// shared memory per step (bf16; FP8 codes are widened to bf16 on the way, exactly, and
+// alpha = the two per-tensor scale_inv puts their scales back), and ldmatrix.trans reads them
+// as the MMA's K-major fragments. Rows past the expert's end are zeros. The next step's rows
+// are loaded into registers while this step's multiply.
+//
+// An expert with no rows writes zeros (or leaves D as it was). m_splits that are negative or
+// do not sum to the rows set TEC_STATUS_BAD_SPLITS in the session's status word, and every
+// block returns before reading anything by them.
+//
+// Defines: TEC_N, TEC_K (% 128 == 0), TEC_E, TEC_ROWS (all experts' rows), TEC_DY_TYPE and
+// TEC_X_TYPE (0 bf16, 3 FP8 E4M3, 4 FP8 E5M2), TEC_OUT (0 bf16, 2 fp32), TEC_ACCUMULATE.
+// Slots: 0 dY [ROWS, N], 1 dY scale_inv (FP8), 2 X [ROWS, K], 3 X scale_inv (FP8), 4 m_splits,
+// 5 D [E, N, K], 6 status. Dynamic shared memory: tec_wgrad_shared_bytes.
+#include "common.cuh"
+
+#define TEC_CHUNK 64              // rows of the sum per step
+#define TEC_PITCH (128 + 8)       // bf16 per shared row: 16 bytes of skew keep ldmatrix free of bank conflicts
+#define TEC_STAGE (TEC_CHUNK * TEC_PITCH)  // bf16 of one operand's step
+
+struct TecWgradArgs {
+  unsigned long long slot[7];
+};
+
+// Two FP8 codes (the low 16 bits of `codes`) as two bf16, exactly: every E4M3 and E5M2 value is a bf16 value.
+template <int kType>
+__device__ __forceinline__ u32 tec_widen_pair(u32 codes) {
+  const u8 c0 = (u8)(codes & 0xFFu), c1 = (u8)((codes >> 8) & 0xFFu);
+  const float f0 = kType == 3 ? tec_e4m3_to_float(c0) : tec_e5m2_to_float(c0);
+  const float f1 = kType == 3 ? tec_e4m3_to_float(c1) : tec_e5m2_to_float(c1);
+  return (u32)tec_float_to_bf16(f0) | ((u32)tec_float_to_bf16(f1) << 16);
+}
+
+// One operand's step: TEC_CHUNK rows x 128 columns starting at (row0, col0) of a [ROWS, cols]
+// array, rows at or past `end` zero. bf16: 1024 16-byte loads, 4 per thread; FP8: 512, 2 per
+// thread, each widened to 32 bytes.
+template <int kType, i64 kCols>
+struct TecOperandStep {
+  static constexpr int kLoads = kType == 0 ? 4 : 2;
+  uint4 raw[kLoads];
+  __device__ __forceinline__ void load(const u8* base, i64 row0, i64 end, i64 col0) {
+    constexpr int kVectorsPerRow = kType == 0 ? 16 : 8;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int id = i * 256 + (int)threadIdx.x, row = id / kVectorsPerRow, vector = id % kVectorsPerRow;
+      const i64 r = row0 + row;
+      const int element_bytes = kType == 0 ? 2 : 1;
+      raw[i] = r < end ? *(const uint4*)(base + (r * kCols + col0) * element_bytes + vector * 16) : make_uint4(0, 0, 0, 0);
+    }
+  }
+  __device__ __forceinline__ void store(u16* stage) const {
+    constexpr int kVectorsPerRow = kType == 0 ? 16 : 8;
+#pragma unroll
+    for (int i = 0; i < kLoads; ++i) {
+      const int id = i * 256 + (int)threadIdx.x, row = id / kVectorsPerRow, vector = id % kVectorsPerRow;
+      if (kType == 0) {
+        *(uint4*)(stage + row * TEC_PITCH + vector * 8) = raw[i];
+      } else {
+        const u32 words[4] = {raw[i].x, raw[i].y, raw[i].z, raw[i].w};
+        uint4 lo, hi;
+        lo.x = tec_widen_pair<kType>(words[0]), lo.y = tec_widen_pair<kType>(words[0] >> 16);
+        lo.z = tec_widen_pair<kType>(words[1]), lo.w = tec_widen_pair<kType>(words[1] >> 16);
+        hi.x = tec_widen_pair<kType>(words[2]), hi.y = tec_widen_pair<kType>(words[2] >> 16);
+        hi.z = tec_widen_pair<kType>(words[3]), hi.w = tec_widen_pair<kType>(words[3] >> 16);
+        *(uint4*)(stage + row * TEC_PITCH + vector * 16) = lo;
+        *(uint4*)(stage + row * TEC_PITCH + vector * 16 + 8) = hi;
+      }
+    }
+  }
+};
+
+__device__ __forceinline__ void tec_ldmatrix_x4_trans(u32 (&r)[4], const u16* p) {
+  const u32 address = (u32)__cvta_generic_to_shared(p);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void tec_mma_bf16(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs args) {
+  extern __shared__ __align__(16) u16 tec_stages[];  // [2 steps][dY, X][TEC_STAGE]
+  tec_wait_for_previous_kernel();
+  tec_allow_next_kernel();
+  __shared__ i64 expert_rows[2];  // first row, end
+  __shared__ int bad;
+  const int expert = blockIdx.z;
+  if (threadIdx.x == 0) {
+    const int* m_splits = (const int*)args.slot[4];
+    i64 row = 0, first = 0, end = 0;
+    bool splits_bad = false;
+    for (int e = 0; e < TEC_E; ++e) {
+      const i64 m = m_splits[e];
+      if (m < 0 || m > TEC_ROWS - row) {
+        splits_bad = true;
+        break;
+      }
+      if (e == expert) first = row, end = row + m;
+      row += m;
+    }
+    bad = splits_bad || row != TEC_ROWS;
+    expert_rows[0] = first, expert_rows[1] = end;
+    if (bad && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) atomicOr((int*)args.slot[6], TEC_STATUS_BAD_SPLITS);
+  }
+  __syncthreads();
+  if (bad) return;
+  const i64 first = expert_rows[0], end = expert_rows[1];
+  const i64 n0 = (i64)blockIdx.y * 128, k0 = (i64)blockIdx.x * 128;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_n = (warp / 2) * 32, warp_k = (warp % 2) * 64;  // the warp's 32 x 64 of the tile
+
+  float acc[2][8][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
+
+  TecOperandStep<TEC_DY_TYPE, TEC_N> dy;
+  TecOperandStep<TEC_X_TYPE, TEC_K> x;
+  const u8* dy_base = (const u8*)args.slot[0];
+  const u8* x_base = (const u8*)args.slot[2];
+  const int steps = (int)((end - first + TEC_CHUNK - 1) / TEC_CHUNK);
+  if (steps > 0) {
+    dy.load(dy_base, first, end, n0);
+    x.load(x_base, first, end, k0);
+    dy.store(tec_stages);
+    x.store(tec_stages + TEC_STAGE);
+  }
+  __syncthreads();
+  for (int step = 0; step < steps; ++step) {
+    const u16* a_stage = tec_stages + (step % 2) * 2 * TEC_STAGE;
+    const u16* b_stage = a_stage + TEC_STAGE;
+    const bool more = step + 1 < steps;
+    if (more) {
+      const i64 row0 = first + (i64)(step + 1) * TEC_CHUNK;
+      dy.load(dy_base, row0, end, n0);
+      x.load(x_base, row0, end, k0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < TEC_CHUNK; kk += 16) {
+      // A (the tile's N rows by the sum's K) is dY's step transposed: matrices (n, k), (n + 8, k),
+      // (n, k + 8), (n + 8, k + 8), lane l giving row l % 8 of matrix l / 8.
+      u32 a[2][4];
+      const int j = lane / 8;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+        tec_ldmatrix_x4_trans(a[mi], a_stage + (kk + (j >> 1) * 8 + lane % 8) * TEC_PITCH + warp_n + mi * 16 + (j & 1) * 8);
+      // B (the sum's K by the tile's K columns) is X's step as it is: matrices (k, n), (k + 8, n),
+      // (k, n + 8), (k + 8, n + 8) give two 8-column fragments.
+#pragma unroll
+      for (int nj = 0; nj < 4; ++nj) {
+        u32 b[4];
+        tec_ldmatrix_x4_trans(b, b_stage + (kk + (j & 1) * 8 + lane % 8) * TEC_PITCH + warp_k + nj * 16 + (j >> 1) * 8);
+#pragma unroll
+        for (int mi = 0; mi < 2; ++mi) {
+          tec_mma_bf16(acc[mi][2 * nj], a[mi], b[0], b[1]);
+          tec_mma_bf16(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+        }
+      }
+    }
+    if (more) {
+      u16* next = tec_stages + ((step + 1) % 2) * 2 * TEC_STAGE;
+      dy.store(next);
+      x.store(next + TEC_STAGE);
+    }
+    __syncthreads();
+  }
+
+#if TEC_DY_TYPE == 0
+  const float alpha = 1.0f;
+#else
+  const float alpha = *(const float*)args.slot[1] * *(const float*)args.slot[3];
+#endif
+  // The accumulator layout: c0, c1 at row lane / 4, columns 2 (lane % 4) and + 1; c2, c3 eight rows on.
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const i64 n = n0 + warp_n + mi * 16 + lane / 4 + half * 8, k = k0 + warp_k + ni * 8 + 2 * (lane % 4);
+        const i64 out = ((i64)expert * TEC_N + n) * TEC_K + k;
+        float v0 = alpha * acc[mi][ni][2 * half], v1 = alpha * acc[mi][ni][2 * half + 1];
+#if TEC_OUT == 2
+        float2* d = (float2*)((float*)args.slot[5] + out);
+#if TEC_ACCUMULATE
+        const float2 c = *d;
+        v0 = c.x + v0, v1 = c.y + v1;
+#endif
+        *d = make_float2(v0, v1);
+#else
+        u32* d = (u32*)((u16*)args.slot[5] + out);
+#if TEC_ACCUMULATE
+        const u32 c = *d;
+        v0 = tec_bf16_to_float((u16)(c & 0xFFFFu)) + v0, v1 = tec_bf16_to_float((u16)(c >> 16)) + v1;
+#endif
+        *d = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
+#endif
+      }
+}
