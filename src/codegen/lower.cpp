@@ -1518,8 +1518,8 @@ class StepLowering {
   // grouped_linear's backward. Inputs: x, m_splits, W, dy quantized rowwise, dy quantized
   // columnwise, [dy]. dgrad dx = dy W[e] is the forward's grouped GEMM over W's members
   // transposed (bf16: W transposed while tiled; FP8: the columnwise copy tiled), wgrad
-  // dW[e] = dy^T x is kernels/grouped_wgrad.cu, which reads both operands rowwise: for the
-  // per-tensor recipes the same values as the columnwise copies, whose one scale they share.
+  // dW[e] = dy^T x is kernels/grouped_wgrad.cu, which reads dy's rows (per tensor: the same
+  // values and scale as its columnwise copy) and x's rows (bf16) or columnwise copy (FP8).
   void lower_grouped_backward(const Node& n) {
     const Value& x = input(n, 0);
     const Value& splits = input(n, 1);
@@ -1547,13 +1547,9 @@ class StepLowering {
     if ((x_type == 0) != (w_type == 0) || (x_type == 0) != (dy_type == 0) || (w_type != 0 && w_type != 3))
       throw NotLowered{where + " mixes operand types (bf16 with FP8, or an E5M2 weight)"};
     const bool fp8 = x_type != 0;
-    // The memory plan frees a saved FP8 input's rowwise copy once the forward has read it (wgrad
-    // reads the columnwise one), and grouped_wgrad.cu reads rows: until it reads the transposed
-    // copy, FP8 experts train on the CPU reference. Measured on the H100: the per-member weight
-    // quantize, the routing's backward and the dgrad match; the wgrad read freed memory.
-    if (fp8)
-      throw NotLowered{where + ": the grouped wgrad reads '" + x.name + "' rowwise, and under FP8 only its columnwise copy lives until "
-                       "the backward; MoE layers train on the GPU under bf16 so far"};
+    // The memory plan frees a saved FP8 input's rowwise copy once the forward has read it, so
+    // the wgrad reads an FP8 x from its columnwise copy.
+    if (fp8 && !x.proto.usage.columnwise) throw NotLowered{where + ": '" + x.name + "' has no columnwise copy for the wgrad"};
     const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
     const int64_t rows = x.proto.shape.rows();
     if (n_out % 128 != 0 || k % 128 != 0)
@@ -1607,11 +1603,11 @@ class StepLowering {
       l.entry = "tec_grouped_wgrad";
       l.grid = {k / 128, n_out / 128, experts};
       l.block = {256, 1, 1};
-      l.shared_bytes = 2 * 2 * 64 * (128 + 8) * 2;  // two steps of both operands: 64 rows of 128 bf16, 16 bytes of skew each
-      l.args = {buf(data(dy)), fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{}, buf(data(x)),
+      l.shared_bytes = 2 * 2 * 128 * (64 + 8) * 2;  // two steps of both operands, each 128 x 64 16-bit values and their skew (TEC_STAGE)
+      l.args = {buf(data(dy)), fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{}, buf(fp8 ? role(x, BufferRole::columnwise_data) : data(x)),
                 fp8 ? buf(role(x, BufferRole::scale_inv)) : LaunchArg{}, buf(data(splits)), buf(data(d)), status_bit(TEC_STATUS_BAD_SPLITS)};
       out_.push_back(std::move(l));
-      step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (mma.sync)" +
+      step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (mma.sync" + std::string(fp8 ? ", FP8 widened to fp16)" : ")") +
                               (main_grad ? ", added into '" + main_grad->name + "'" : std::string()));
     }
   }
