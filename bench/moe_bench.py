@@ -17,7 +17,12 @@ tokens), so that every contender does the same work; the router's own cost is me
   padded bf16 (+graph)     capacity factor 1.25: tokens scattered into [E, C, H] without host
                            synchronisation, two bmm, gathered back; dropped slots make it wrong
                            under skew (its error says so); also captured in a CUDA graph by hand.
-Each timing is the median of 100 CUDA-event-timed runs after 10 warm-up runs. Every peer's
+The training step (--part train, train-peers): forward and backward with the given routing and
+a random dy, wgrad accumulated (tec: into main_grad; PyTorch: into .grad, each expert its own
+weight parameters as TE's GroupedLinear keeps them): tec's train plan of the same graph
+(--mode train) against the loop (bf16 autograd), torch.compile of the expert MLP and the padded
+bmm layer (autograd). FP8 has no PyTorch training peer here: torch._scaled_mm has no backward.
+Each timing is the median of 100 CUDA-event-timed runs after 10 warm-up runs (training: 20 after 5). Every peer's
 branch (y - x) is checked against an fp32 computation of the same routing and weights (bf16
 0.01, FP8 0.08). tec's weights are its own seeded random ones (same distribution), checked by
 tests/gpu (moe group) against the CPU reference. Floors: FLOPs / peak (bf16 800, FP8 1600
@@ -25,7 +30,7 @@ TFLOP/s dense, H100 SXM) and weight bytes / 3.0 TB/s. The grouped GEMMs against 
 of the same FLOPs: tec's fc1(+act) + fc2 step times (te-run --profile) against torch.mm /
 torch._scaled_mm of [T k, 4096] x [4096, 28672] and [T k, 14336] x [14336, 4096].
 
-  bench/moe_bench.py --out DIR [--build .carry/gpu] [--tokens 256,2048,8192] [--part tec,router,peers,dense]
+  bench/moe_bench.py --out DIR [--build .carry/gpu] [--tokens 256,2048,8192] [--part tec,router,peers,dense,train,train-peers]
   bench/moe_bench.py --out DIR --report        # the table again, from DIR's JSON
 """
 import argparse, json, math, subprocess, sys, time
@@ -236,6 +241,62 @@ def run_peers(out, tokens, names):
                 (out / "moe-peers.json").write_text(json.dumps(results, indent=1))
 
 
+def run_train_peers(out, tokens):
+    """The PyTorch training steps: forward, then backward from a random dy."""
+    w = Weights()
+    for v in (w.gamma, w.w1, w.w2):
+        v.requires_grad_()
+    # The loop's experts each own their weights (TE's GroupedLinear: one parameter per GEMM).
+    w1s = [w.w1[e].detach().clone().requires_grad_() for e in range(E)]
+    w2s = [w.w2[e].detach().clone().requires_grad_() for e in range(E)]
+    expert = lambda xe, e: swiglu(xe @ w1s[e].t()) @ w2s[e].t()
+    compiled_expert = torch.compile(expert, dynamic=True)
+    results = []
+    for t in tokens:
+        x = torch.randn(t, H, device="cuda").bfloat16().requires_grad_()
+        dy = torch.randn(t, H, device="cuda").bfloat16()
+        capacity = (math.ceil(1.25 * t * K / E) + 15) // 16 * 16
+        for skewed in (False, True):
+            idx, wts = routing(t, skewed)
+            idx, wts = idx.cuda(), wts.cuda().requires_grad_()
+            peers = {
+                "loop bf16": lambda: loop_layer(x, idx, wts, w, expert).backward(dy),
+                "compile bf16": lambda: loop_layer(x, idx, wts, w, compiled_expert).backward(dy),
+                "padded bf16": lambda: padded_layer(x, idx, wts, w, capacity).backward(dy),
+            }
+            for name, fn in peers.items():
+                us = time_cuda(fn, iters=20, warmup=5)
+                row = {"contender": name + " train", "T": t, "routing": "skewed" if skewed else "uniform", "us": us,
+                       "peak_bytes": torch.cuda.max_memory_allocated()}
+                print(json.dumps(row), flush=True)
+                results.append(row)
+                (out / "moe-train-peers.json").write_text(json.dumps(results, indent=1))
+
+
+def run_tec_train(out, tokens, build, recipes):
+    import numpy as np
+    write_graphs(out, tokens)
+    results = []
+    for recipe in recipes:
+        plan = out / f"moe.{recipe}.train.teplan"
+        run_tool([build / "te-compile", out / "moe_routed.json", "-o", plan, "--recipe", recipe, "--mode", "train", "-q"])
+        for t in tokens:
+            for label, skewed in (("uniform", False), ("skewed", True)):
+                idx, wts = routing(t, skewed)
+                np.save(out / "experts.npy", idx.numpy())
+                np.save(out / "weights.npy", wts.numpy())
+                report = out / f"{plan.stem}.{t}.json"
+                run_tool([build / "te-run", plan, "--shape", f"T={t}", "--iterations", "20", "--warmup", "5", "--json", report,
+                          "--input", f"experts={out}/experts.npy", "--input", f"weights={out}/weights.npy"], stdout=subprocess.DEVNULL)
+                r = json.loads(report.read_text())
+                row = {"contender": f"tec {recipe} train", "T": t, "routing": label, "us": r["graph"]["p50_us"],
+                       "peak_bytes": r["arena_bytes"] + r["constant_bytes"]}
+                print(json.dumps(row), flush=True)
+                results.append(row)
+                (out / "moe-tec-train.json").write_text(json.dumps(results, indent=1))
+        plan.unlink()
+
+
 def write_graphs(out, tokens):
     """out/moe_routed.json: examples/moe.json with the routing as inputs; out/moe_router.json: with its router, these T."""
     graph = json.loads((ROOT / "examples" / "moe.json").read_text())
@@ -346,6 +407,28 @@ def report(out):
             d = next((d for d in dense if d["T"] == r["T"] and d["kind"] == kind), None)
             if d:
                 lines.append(f"  {r['contender']:<18} T={r['T']:<6} {r['gemm_us']:9.0f} us vs {d['us']:9.0f} us dense: {r['gemm_us'] / d['us']:.2f}x")
+    train = []
+    for name in ("moe-tec-train.json", "moe-train-peers.json"):
+        if (out / name).exists():
+            train += json.loads((out / name).read_text())
+    if train:
+        lines.append("\ntraining step (forward + backward, wgrad accumulated; median us; x best peer; x the GEMMs' FLOP floor: 3x the forward's)")
+        for routing_kind in ("uniform", "skewed"):
+            sel = [r for r in train if r["routing"] == routing_kind]
+            lines.append(f"routing: {routing_kind}")
+            for c in sorted({r["contender"] for r in sel}, key=lambda c: (not c.startswith("tec"), c)):
+                line = f"  {c:<22}"
+                for t in sorted({r["T"] for r in train}):
+                    r = next((r for r in sel if r["contender"] == c and r["T"] == t), None)
+                    best = min((p["us"] for p in sel if p["T"] == t and not p["contender"].startswith("tec")), default=None)
+                    if r is None:
+                        line += f"{'-':>30}"
+                        continue
+                    kind = "fp8" if "fp8" in c else "bf16"
+                    cell = f"T={t} {r['us']:.0f}" + (f" ({r['us'] / best:.2f}x)" if best else "") + \
+                        f" fl {r['us'] / (3 * layer_flops(t) / PEAK[kind] * 1e6):.1f}x"
+                    line += f"{cell:>30}"
+                lines.append(line)
     if (out / "moe-tec-router.json").exists():
         lines.append("\nwith the router, new routing every run (4 sessions of different tokens in turn) against fixed routing")
         routed = json.loads((out / "moe-tec-router.json").read_text())
@@ -363,7 +446,7 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--build", type=Path, default=ROOT / "build-gpu" / "cli", help="folder holding te-compile and te-run")
     ap.add_argument("--tokens", default="256,2048,8192")
-    ap.add_argument("--part", default="tec,router,peers,dense", help="comma-separated: tec, router, peers, dense")
+    ap.add_argument("--part", default="tec,router,peers,dense", help="comma-separated: tec, router, peers, dense, train, train-peers")
     ap.add_argument("--recipes", default="bf16,fp8-current",
                     help="comma-separated tec recipes; fp8-block+bf16-copy compiles with --no-grouped-block-scales")
     ap.add_argument("--peers", default="loop bf16,loop fp8,compile bf16,padded bf16,padded bf16 +graph")
@@ -385,6 +468,10 @@ def main():
         run_dense(a.out, tokens)
     if "peers" in parts:
         run_peers(a.out, tokens, a.peers.split(","))
+    if "train" in parts:
+        run_tec_train(a.out, tokens, a.build, [r for r in recipes if "+" not in r])
+    if "train-peers" in parts:
+        run_train_peers(a.out, tokens)
     report(a.out)
 
 
