@@ -76,22 +76,26 @@ __device__ float tec_moe_block_sum(float v, float* scratch) {
 #endif
 
 #ifdef TEC_H
+// Token `token`'s logits x . W[e] into `logits` (shared memory), each in tec_row_sum_order: the
+// router and its backward (which makes the scores again) both take them from here.
+__device__ void tec_moe_logits(i64 token, const void* x, const void* w, float* logits, float* scratch) {
+  for (int e = 0; e < TEC_E; ++e) {
+    float local = 0.0f;
+    for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS)
+      local += tec_moe_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
+    const float sum = tec_moe_block_sum(local, scratch);
+    if (threadIdx.x == 0) logits[e] = sum;
+    __syncthreads();
+  }
+}
+
 extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router(TecMoeArgs args) {
   tec_allow_next_kernel();
   tec_wait_for_previous_kernel();
   __shared__ float scratch[TEC_WARPS];
   __shared__ float scores[TEC_E];
   const i64 token = blockIdx.x;
-  const void* x = (const void*)args.slot[0];
-  const void* w = (const void*)args.slot[1];
-  for (int e = 0; e < TEC_E; ++e) {
-    float local = 0.0f;
-    for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS)
-      local += tec_moe_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
-    const float sum = tec_moe_block_sum(local, scratch);
-    if (threadIdx.x == 0) scores[e] = sum;
-    __syncthreads();
-  }
+  tec_moe_logits(token, (const void*)args.slot[0], (const void*)args.slot[1], scores, scratch);
   if (threadIdx.x == 0) {
     float weights[TEC_K];
     int chosen[TEC_K];
@@ -112,16 +116,8 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router_bac
   __shared__ float p[TEC_E];
   __shared__ float dlogits[TEC_E];
   const i64 token = blockIdx.x;
-  const void* x = (const void*)args.slot[0];
   const void* w = (const void*)args.slot[1];
-  for (int e = 0; e < TEC_E; ++e) {
-    float local = 0.0f;
-    for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS)
-      local += tec_moe_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
-    const float sum = tec_moe_block_sum(local, scratch);
-    if (threadIdx.x == 0) p[e] = sum;
-    __syncthreads();
-  }
+  tec_moe_logits(token, (const void*)args.slot[0], w, p, scratch);
   if (threadIdx.x == 0) {
     float weights[TEC_K], dp[TEC_E];
     int chosen[TEC_K];
