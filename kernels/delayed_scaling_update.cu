@@ -5,11 +5,12 @@
 #include "common.cuh"
 
 struct TecDelayedTensor {
-  float* history;     // [TEC_HISTORY_LEN]
+  float* history;     // [TEC_HISTORY_LEN], history_stride apart
   float* scale;       // [1]
   float* scale_inv;   // [1] of the tensor's quantized data
   float scaled_max;   // fp8_max * 2^-margin
   int most_recent;    // amax algorithm: 1 most_recent, 0 max
+  int history_stride;  // floats from one history entry to the next: 1, or a grouped tensor's members (column m of [L, members])
 };
 
 extern "C" __global__ void tec_delayed_update(const TecDelayedTensor* __restrict__ tensors, int count) {
@@ -17,7 +18,7 @@ extern "C" __global__ void tec_delayed_update(const TecDelayedTensor* __restrict
   const TecDelayedTensor t = tensors[blockIdx.x];
   __shared__ float old[TEC_HISTORY_LEN];
   __shared__ float warp_max[32];
-  for (int j = threadIdx.x; j < TEC_HISTORY_LEN; j += blockDim.x) old[j] = t.history[j];
+  for (int j = threadIdx.x; j < TEC_HISTORY_LEN; j += blockDim.x) old[j] = t.history[(i64)j * t.history_stride];
   __syncthreads();
   const float a_new = old[0];
   if (a_new == 0.0f) return;  // the fused update skips roll and scale when nothing was staged
@@ -27,7 +28,7 @@ extern "C" __global__ void tec_delayed_update(const TecDelayedTensor* __restrict
   if ((threadIdx.x & 31) == 0) warp_max[threadIdx.x / 32] = local;
   __syncthreads();
   for (int j = threadIdx.x; j < TEC_HISTORY_LEN; j += blockDim.x)
-    t.history[j] = j == 0 ? 0.0f : j == TEC_HISTORY_LEN - 1 ? a_new : old[j + 1];
+    t.history[(i64)j * t.history_stride] = j == 0 ? 0.0f : j == TEC_HISTORY_LEN - 1 ? a_new : old[j + 1];
   if (threadIdx.x == 0) {
     // fmaxf skips NaN like the reference's std::fmax; the warp maxima start at 0, which
     // changes no outcome since only a finite amax > 0 updates the scale.

@@ -64,9 +64,10 @@
 #ifndef TEC_UNWEIGHTED
 #define TEC_UNWEIGHTED 0
 #endif
-// TEC_MEMBER_ROWS = R > 0 (current scaling of a grouped tensor, a train plan's expert weights):
-// every R rows are one member with its own amax (slot 5[member], maxed atomically) and
-// scale_inv (slot 4[member]), as the reference quantizes each member alone.
+// TEC_MEMBER_ROWS = R > 0 (a grouped tensor made on the GPU, a train plan's expert weights):
+// every R rows are one member, quantized alone as the reference does. Current scaling: its
+// own amax (slot 5[member], maxed atomically) and scale_inv (slot 4[member]); delayed: its own
+// scale (slot 6[member]) and history column (slot 5[member] of row 0).
 #ifndef TEC_MEMBER_ROWS
 #define TEC_MEMBER_ROWS 0
 #endif
@@ -910,7 +911,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 #endif
   const float scale = tec_scale_from_amax_value(tensor_amax, TEC_FP8_MAX, TEC_POW2_SCALES, TEC_AMAX_EPSILON, 3.402823466e38f);
 #else
-  const float scale = *(const float*)args.slot[6];
+  const float scale = ((const float*)args.slot[6])[TEC_MEMBER(row.r)];
   float local = 0.0f;
 #endif
 #if TEC_FAST_SILU
@@ -932,7 +933,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   });
 #if TEC_OUT == 11
   const float amax = tec_block_max(local, scratch);
-  if (t == 0) tec_atomic_amax((float*)args.slot[5], amax);
+  if (t == 0) tec_atomic_amax((float*)args.slot[5] + TEC_MEMBER(row.r), amax);  // history row 0: one column per member
 #endif
   if (TEC_MEMBER_FIRST_ROW(row.r) && blockIdx.y == 0 && t == 0) ((float*)args.slot[4])[TEC_MEMBER(row.r)] = __fdiv_rn(1.0f, scale);
 

@@ -250,10 +250,11 @@ class StepLowering {
     // quantized per member: each its own amax and scale_inv, its own columnwise transpose.
     const int64_t members = v.proto.is_grouped() && v.proto.quantizer ? v.proto.group_members : 1;
     if (members > 1) {
-      if (v.proto.quantizer->kind != QuantizerKind::fp8_current || amax_done)
-        throw NotLowered{"'" + v.name + "' is a grouped " + std::string(tec::to_string(v.proto.quantizer->kind)) +
-                         " tensor made every run (a train plan's expert weights); the GPU quantizes those per member under fp8-current "
-                         "only so far (fp8-delayed would need an amax history per expert)"};
+      const QuantizerKind kind = v.proto.quantizer->kind;
+      if ((kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed) || amax_done)
+        throw NotLowered{"'" + v.name + "' is a grouped " + std::string(tec::to_string(kind)) +
+                         " tensor made every run (a train plan's expert weights); the GPU quantizes those per member under "
+                         "fp8-current and fp8-delayed only so far"};
       for (BufferRole r : {BufferRole::data, BufferRole::scale_inv}) (void)packed_member_bytes(v, r);
       if (transposed_copy) (void)packed_member_bytes(v, BufferRole::columnwise_data);
     }
@@ -303,6 +304,7 @@ class StepLowering {
         }
         case QuantizerKind::fp8_delayed:
           defines.push_back("TEC_OUT=11");
+          if (members > 1) defines.push_back("TEC_MEMBER_ROWS=" + std::to_string(rows / members) + "LL");
           slots[4] = buf(role(v, BufferRole::scale_inv));
           slots[5] = buf(state_buffer_name(v.name, "amax_history"));
           slots[6] = buf(state_buffer_name(v.name, "scale"));

@@ -143,6 +143,7 @@ struct DelayedEntry {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
   float* scale_inv;
   float scaled_max;
   int most_recent;
+  int history_stride;
 };
 
 }  // namespace
@@ -439,19 +440,22 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   for (const std::string& name : profile_.delayed) {
     const plan::Tensor& t = profile_.tensors.at(name);
     const Quantizer& q = *t.proto.quantizer;
-    // Only MoE train plans have these (an amax history per expert), and the lowering refuses
-    // them (codegen's emit_row: grouped tensors made every run take fp8-current alone so far).
-    TEC_INTERNAL_CHECK(!t.proto.is_grouped(), (ErrorContext{"runtime", name, "", ""}))
-        << "delayed scaling of a grouped tensor (one history per member) has no GPU kernel";
-    const float one = 1.0f;
-    upload(t.state.at("scale"), &one, 4, nullptr);
-    DelayedEntry e{};
-    e.history = static_cast<float*>(address(t.state.at("amax_history")));
-    e.scale = static_cast<float*>(address(t.state.at("scale")));
-    e.scale_inv = static_cast<float*>(address(t.buffers.at(BufferRole::scale_inv)));
-    e.scaled_max = max_finite(q.dtype) * std::ldexp(1.0f, -q.margin);
-    e.most_recent = q.amax_algo == AmaxAlgo::most_recent ? 1 : 0;
-    table.push_back(e);
+    // A grouped tensor (an MoE train plan's expert weights) has an entry per member: its
+    // history is column m of [L, members], its scale and scale_inv element m (the lowering
+    // checks that the members' scale_inv are packed).
+    const int64_t members = t.proto.is_grouped() ? t.proto.group_members : 1;
+    const std::vector<float> ones(static_cast<size_t>(members), 1.0f);
+    upload(t.state.at("scale"), ones.data(), ones.size() * 4, nullptr);
+    for (int64_t m = 0; m < members; ++m) {
+      DelayedEntry e{};
+      e.history = static_cast<float*>(address(t.state.at("amax_history"))) + m;
+      e.scale = static_cast<float*>(address(t.state.at("scale"))) + m;
+      e.scale_inv = static_cast<float*>(address(t.buffers.at(BufferRole::scale_inv))) + m;
+      e.scaled_max = max_finite(q.dtype) * std::ldexp(1.0f, -q.margin);
+      e.most_recent = q.amax_algo == AmaxAlgo::most_recent ? 1 : 0;
+      e.history_stride = static_cast<int>(members);
+      table.push_back(e);
+    }
   }
   // Train plans: masters and hyperparameters start from the plan's constants.
   for (const auto& [name, t] : profile_.tensors) {

@@ -20,6 +20,7 @@ struct DeviceTensor {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
   float* scale_inv;  // not read by the update
   float scaled_max;
   int most_recent;
+  int history_stride;  // 1: a tensor's own history (a grouped tensor's members: the train group's MoE cases)
 };
 }  // namespace
 
@@ -54,7 +55,7 @@ int delayed_update_test(const std::string& arch) {
       CHECK_CUDA(cudaMalloc(&s, 4));
       CHECK_CUDA(cudaMemcpy(h, histories[static_cast<size_t>(i)].data(), static_cast<size_t>(len) * 4, cudaMemcpyHostToDevice));
       CHECK_CUDA(cudaMemcpy(s, &scales[static_cast<size_t>(i)], 4, cudaMemcpyHostToDevice));
-      args[static_cast<size_t>(i)] = {h, s, nullptr, scaled_max[static_cast<size_t>(i)], most_recent[static_cast<size_t>(i)]};
+      args[static_cast<size_t>(i)] = {h, s, nullptr, scaled_max[static_cast<size_t>(i)], most_recent[static_cast<size_t>(i)], 1};
       allocations.push_back(h);
       allocations.push_back(s);
     }

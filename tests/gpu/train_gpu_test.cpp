@@ -262,7 +262,7 @@ int train_plans_test(const std::string& arch) {
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_current, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"swiglu_mlp.json", RecipeKind::bf16, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_block, {128}, TrainOptions::Optimizer::adamw});
-  for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16 and fp8-current so far
+  for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16 and per-tensor FP8 so far
   cases.push_back({"moe_tiny.json", RecipeKind::bf16, {64}, TrainOptions::Optimizer::adamw});
   if (!std::getenv("TEC_GPU_TEST_SMALL"))
     for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
