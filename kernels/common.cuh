@@ -203,6 +203,14 @@ __device__ __forceinline__ u16 tec_float_to_bf16(float x) {
   return (u16)(bits >> 16);
 }
 
+// v rounded to a bf16 (kDtype 0), fp16 (1) or fp32 (2) array's type and stored at `index`: tec_load's counterpart.
+template <int kDtype>
+__device__ __forceinline__ void tec_store(void* base, i64 index, float v) {
+  if (kDtype == 2) ((float*)base)[index] = v;
+  else if (kDtype == 1) ((u16*)base)[index] = tec_float_to_fp16(v);
+  else ((u16*)base)[index] = tec_float_to_bf16(v);
+}
+
 // x * sigmoid(x) by the hardware's approximate 2^x and reciprocal: no bit-for-bit promise, so
 // only kernels/row.cu's fast path uses it, which recomputes with tec_silu wherever the
 // difference could show. Its error against tec_silu over every bf16 x is measured by

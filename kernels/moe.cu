@@ -47,21 +47,6 @@ struct TecMoeArgs {
 
 #define TEC_WARPS (TEC_ROW_THREADS / 32)
 
-template <int kDtype>
-__device__ __forceinline__ float tec_moe_load(const void* base, i64 index) {
-  if (kDtype == 2) return ((const float*)base)[index];
-  if (kDtype == 1) return tec_fp16_to_float(((const u16*)base)[index]);
-  return tec_bf16_to_float(((const u16*)base)[index]);
-}
-
-// Rounds v to the array's dtype (the kernels' dtype codes) and stores it.
-template <int kDtype>
-__device__ __forceinline__ void tec_moe_store(void* base, i64 index, float v) {
-  if (kDtype == 2) ((float*)base)[index] = v;
-  else if (kDtype == 1) ((u16*)base)[index] = tec_float_to_fp16(v);
-  else ((u16*)base)[index] = tec_float_to_bf16(v);
-}
-
 #if defined(TEC_H) || defined(TEC_COLS)
 // The block-wide sum in tec_row_sum_order; thread 0 gets it.
 __device__ float tec_moe_block_sum(float v, float* scratch) {
@@ -82,7 +67,7 @@ __device__ void tec_moe_logits(i64 token, const void* x, const void* w, float* l
   for (int e = 0; e < TEC_E; ++e) {
     float local = 0.0f;
     for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS)
-      local += tec_moe_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
+      local += tec_load<TEC_IN_DTYPE>(x, token * TEC_H + i) * tec_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
     const float sum = tec_moe_block_sum(local, scratch);
     if (threadIdx.x == 0) logits[e] = sum;
     __syncthreads();
@@ -142,8 +127,8 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_router_bac
   __syncthreads();
   for (i64 i = threadIdx.x; i < TEC_H; i += TEC_ROW_THREADS) {
     float acc = 0.0f;
-    for (int e = 0; e < TEC_E; ++e) acc += dlogits[e] * tec_moe_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
-    tec_moe_store<TEC_OUT_DTYPE>((void*)args.slot[4], token * TEC_H + i, acc);
+    for (int e = 0; e < TEC_E; ++e) acc += dlogits[e] * tec_load<TEC_PARAM_DTYPE>(w, (i64)e * TEC_H + i);
+    tec_store<TEC_OUT_DTYPE>((void*)args.slot[4], token * TEC_H + i, acc);
   }
 }
 #endif
@@ -158,8 +143,8 @@ extern "C" __global__ void __launch_bounds__(256) tec_moe_router_weight_grad(Tec
   const void* x = (const void*)args.slot[0];
   const float* dlogits = (const float*)args.slot[1];
   float acc = 0.0f;
-  for (i64 t = 0; t < TEC_ROUTER_TOKENS; ++t) acc += dlogits[t * TEC_E + e] * tec_moe_load<TEC_IN_DTYPE>(x, t * TEC_H + i);
-  tec_moe_store<TEC_DW_DTYPE>((void*)args.slot[2], element, acc);
+  for (i64 t = 0; t < TEC_ROUTER_TOKENS; ++t) acc += dlogits[t * TEC_E + e] * tec_load<TEC_IN_DTYPE>(x, t * TEC_H + i);
+  tec_store<TEC_DW_DTYPE>((void*)args.slot[2], element, acc);
 }
 #endif
 
@@ -175,8 +160,8 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_moe_unpermute_
   float local = 0.0f;
   if (!bad)
     for (i64 c = threadIdx.x; c < TEC_COLS; c += TEC_ROW_THREADS)
-      local += tec_moe_load<TEC_PARAM_DTYPE>((const void*)args.slot[2], (slot / TEC_K) * TEC_COLS + c) *
-               tec_moe_load<TEC_IN_DTYPE>((const void*)args.slot[0], (i64)row * TEC_COLS + c);
+      local += tec_load<TEC_PARAM_DTYPE>((const void*)args.slot[2], (slot / TEC_K) * TEC_COLS + c) *
+               tec_load<TEC_IN_DTYPE>((const void*)args.slot[0], (i64)row * TEC_COLS + c);
   const float sum = tec_moe_block_sum(local, scratch);
   if (threadIdx.x == 0) ((float*)args.slot[3])[slot] = sum;
 }

@@ -953,6 +953,14 @@ class StepLowering {
     return r;
   }
 
+  // Backward node n's output holding the gradient of its forward's input `slot`; null when
+  // that input gets none.
+  const Value* gradient_output(const Node& n, int slot) const {
+    for (size_t i = 0; i < n.gradient_slots.size(); ++i)
+      if (n.gradient_slots[i] == slot) return &g_.value(n.outputs.at(i));
+    return nullptr;
+  }
+
   // wgrad's add into main_grad, when the step fuses it: {main_grad's new version (what the
   // GEMM writes), the old one (what it adds to)}, else nulls.
   std::pair<const Value*, const Value*> fused_main_grad_add(const Value* dw) const {
@@ -977,11 +985,7 @@ class StepLowering {
     const Value& w = input(n, 1);
     const Value& dy_rows = input(n, 2);
     const Value& dy_cols = input(n, 3);
-    auto grad_of = [&](int slot) -> const Value* {
-      for (size_t i = 0; i < n.gradient_slots.size(); ++i)
-        if (n.gradient_slots[i] == slot) return &g_.value(n.outputs.at(i));
-      return nullptr;
-    };
+    auto grad_of = [&](int slot) { return gradient_output(n, slot); };
     const Value* dx = grad_of(0);
     const Value* dw = grad_of(1);
     const Value* db = grad_of(2);
@@ -1399,6 +1403,16 @@ class StepLowering {
                               tokens, kRowThreads));
   }
 
+  // tec_moe_route: from moe_permute `n`'s indices, m_splits, the row map and each row's source
+  // token into these buffers.
+  void push_route(const Node& n, const Value& indices, const std::string& m_splits, const std::string& row_map, const std::string& row_source) {
+    out_.push_back(moe_launch("tec_moe_route",
+                              {"TEC_SLOTS=" + std::to_string(indices.proto.shape.numel()) + "LL",
+                               "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
+                               "TEC_K=" + std::to_string(indices.proto.shape.cols()) + "LL"},
+                              {buf(data(indices)), buf(m_splits), buf(row_map), buf(row_source), status_bit(TEC_STATUS_BAD_EXPERT)}, 1, 1024));
+  }
+
   // tec_moe_route (m_splits, the row map, each row's source token), then the row kernel
   // gathering the tokens in expert order (producer 19) and quantizing them as the grouped
   // GEMM wants.
@@ -1409,12 +1423,7 @@ class StepLowering {
     const Value& permuted = g_.value(n.outputs.at(0));
     const int64_t slots = indices.proto.shape.numel();
     const std::string row_source = add_workspace(permuted.name + ".row_source", TensorProto::dense(Shape{slots}, DType::int32));
-    out_.push_back(moe_launch("tec_moe_route",
-                              {"TEC_SLOTS=" + std::to_string(slots) + "LL", "TEC_E=" + std::to_string(n.attrs.get_int("num_experts", 0)),
-                               "TEC_K=" + std::to_string(indices.proto.shape.cols()) + "LL"},
-                              {buf(data(indices)), buf(data(g_.value(n.outputs.at(1)))), buf(data(g_.value(n.outputs.at(2)))),
-                               buf(row_source), status_bit(TEC_STATUS_BAD_EXPERT)},
-                              1, 1024));
+    push_route(n, indices, data(g_.value(n.outputs.at(1))), data(g_.value(n.outputs.at(2))), row_source);
     Producer p;
     p.defines = {"TEC_PRODUCER=19", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'"))};
     p.inputs = {buf(data(x)), buf(row_source), {}};
@@ -1476,10 +1485,7 @@ class StepLowering {
     };
     const std::string m_splits = int32_workspace("m_splits", experts), row_map = int32_workspace("row_map", slots),
                       row_source = int32_workspace("row_source", slots);
-    out_.push_back(moe_launch("tec_moe_route",
-                              {"TEC_SLOTS=" + std::to_string(slots) + "LL", "TEC_E=" + std::to_string(experts),
-                               "TEC_K=" + std::to_string(indices.proto.shape.cols()) + "LL"},
-                              {buf(data(indices)), buf(m_splits), buf(row_map), buf(row_source), status_bit(TEC_STATUS_BAD_EXPERT)}, 1, 1024));
+    push_route(n, indices, m_splits, row_map, row_source);
     Producer p;
     p.defines = {"TEC_PRODUCER=20", "TEC_UNWEIGHTED=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dpermuted.proto.dtype, "'" + dpermuted.name + "'")),
                  "TEC_TOPK=" + std::to_string(indices.proto.shape.cols()), "TEC_Y_ROWS=" + std::to_string(slots) + "LL"};
@@ -1527,11 +1533,7 @@ class StepLowering {
     const Value& splits = input(n, 1);
     const Value& w = input(n, 2);
     const Value& dy = input(n, 3);
-    auto grad_of = [&](int slot) -> const Value* {
-      for (size_t i = 0; i < n.gradient_slots.size(); ++i)
-        if (n.gradient_slots[i] == slot) return &g_.value(n.outputs.at(i));
-      return nullptr;
-    };
+    auto grad_of = [&](int slot) { return gradient_output(n, slot); };
     const Value* dx = grad_of(0);
     const Value* dw = grad_of(2);
     const std::string where = "the backward of grouped_linear '" + n.name + "'";
