@@ -17,20 +17,36 @@
 // E5M2 value is an fp16 value) and multiply as fp16; alpha, the two per-tensor scale_inv, puts
 // their scales back.
 //
+// TEC_BLOCK_SCALES = 1 takes FP8 block scaling (fp8-block: both operands' columnwise copies
+// in 1x128 blocks down their columns, LAYOUTS.md section 3). dY is then read from its
+// columnwise copy too ([N, ROWS]: its rowwise copy has other blocks), staged as [n][rows] and
+// read by ldmatrix as A. A scale block is 128 rows of the whole tensor, which an expert's rows
+// need not start on, so the steps start on 64-row boundaries (rows outside the expert zero)
+// and each lies in one block; a block's product is summed apart and added into the tile times
+// dY's scale_inv for its row n and X's for its column k.
+//
 // An expert with no rows writes zeros (or leaves D as it was). m_splits that are negative or
 // do not sum to the rows set TEC_STATUS_BAD_SPLITS in the session's status word, and every
 // block returns before reading anything by them.
 //
 // Defines: TEC_N, TEC_K (% 128 == 0), TEC_E, TEC_ROWS (all experts' rows), TEC_DY_TYPE and
 // TEC_X_TYPE (0 bf16, 3 FP8 E4M3, 4 FP8 E5M2; both bf16 or both FP8), TEC_OUT (0 bf16, 2 fp32),
-// TEC_ACCUMULATE. Slots: 0 dY [ROWS, N], 1 dY scale_inv (FP8), 2 X ([ROWS, K]; FP8: its
-// columnwise copy [K, ROWS]), 3 X scale_inv (FP8), 4 m_splits, 5 D [E, N, K], 6 status.
+// TEC_ACCUMULATE, TEC_BLOCK_SCALES. Slots: 0 dY [ROWS, N] (block scales: its columnwise copy
+// [N, ROWS]), 1 dY scale_inv (FP8; block scales: [ceil(ROWS / 128), roundup(N, 4)]), 2 X
+// ([ROWS, K]; FP8: its columnwise copy [K, ROWS]), 3 X scale_inv (FP8; block scales:
+// [ceil(ROWS / 128), roundup(K, 4)]), 4 m_splits, 5 D [E, N, K], 6 status.
 // Dynamic shared memory: 2 steps x 2 operands x TEC_STAGE 16-bit elements (73728 bytes).
 #include "common.cuh"
 
 #define TEC_FP8 (TEC_DY_TYPE != 0)
 #if (TEC_X_TYPE != 0) != TEC_FP8
 #error "dY and X: both bf16 or both FP8"
+#endif
+#ifndef TEC_BLOCK_SCALES
+#define TEC_BLOCK_SCALES 0
+#endif
+#if TEC_BLOCK_SCALES && !TEC_FP8
+#error "block scales: FP8 operands"
 #endif
 #define TEC_CHUNK 64                   // rows of the sum per step
 #define TEC_ROWS_PITCH (128 + 8)       // a [rows][128] stage's row, 16 bytes of skew against ldmatrix bank conflicts
@@ -90,14 +106,15 @@ struct TecRowsStep {
 
 // An FP8 operand's step from its columnwise copy [128-column block of K][ROWS]: for each of
 // the 128 columns, the TEC_CHUNK bytes of rows row0.. (an expert's rows start anywhere, so
-// byte loads; a warp reads 32 consecutive bytes of one column). Thread t holds row t % 64 of
-// columns 4i + t / 64, packed 4 to a word. Staged as [column][row] in fp16.
+// byte loads; a warp reads 32 consecutive bytes of one column), rows outside [begin, end)
+// zero. Thread t holds row t % 64 of columns 4i + t / 64, packed 4 to a word. Staged as
+// [column][row] in fp16.
 template <int kType, i64 kRows>
 struct TecColumnsStep {
   u32 packed[8];
-  __device__ __forceinline__ void load(const u8* base, i64 row0, i64 end, i64 col0) {
+  __device__ __forceinline__ void load(const u8* base, i64 row0, i64 begin, i64 end, i64 col0) {
     const int row = (int)threadIdx.x % TEC_CHUNK, column = (int)threadIdx.x / TEC_CHUNK;
-    const bool valid = row0 + row < end;
+    const bool valid = row0 + row >= begin && row0 + row < end;
 #pragma unroll
     for (int w = 0; w < 8; ++w) packed[w] = 0;
 #pragma unroll
@@ -179,7 +196,22 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[mi][ni][c] = 0.0f;
 
+#if TEC_BLOCK_SCALES
+  TecColumnsStep<TEC_DY_TYPE, TEC_ROWS> dy;
+  float part[2][8][4];  // this scale block's product
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) part[mi][ni][c] = 0.0f;
+  float(&sum)[2][8][4] = part;
+  const i64 step0 = first / TEC_CHUNK * TEC_CHUNK;  // steps on 64-row boundaries: each in one scale block
+#else
   TecRowsStep<TEC_DY_TYPE, TEC_N> dy;
+  float(&sum)[2][8][4] = acc;
+  const i64 step0 = first;
+#endif
 #if TEC_FP8
   TecColumnsStep<TEC_X_TYPE, TEC_ROWS> x;
 #else
@@ -187,10 +219,21 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
 #endif
   const u8* dy_base = (const u8*)args.slot[0];
   const u8* x_base = (const u8*)args.slot[2];
-  const int steps = (int)((end - first + TEC_CHUNK - 1) / TEC_CHUNK);
+  const int steps = end > first ? (int)((end - step0 + TEC_CHUNK - 1) / TEC_CHUNK) : 0;
+  auto load_step = [&](i64 row0) {
+#if TEC_BLOCK_SCALES
+    dy.load(dy_base, row0, first, end, n0);
+#else
+    dy.load(dy_base, row0, end, n0);
+#endif
+#if TEC_FP8
+    x.load(x_base, row0, first, end, k0);
+#else
+    x.load(x_base, row0, end, k0);
+#endif
+  };
   if (steps > 0) {
-    dy.load(dy_base, first, end, n0);
-    x.load(x_base, first, end, k0);
+    load_step(step0);
     dy.store(tec_stages);
     x.store(tec_stages + TEC_STAGE);
   }
@@ -199,11 +242,7 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
     const u16* a_stage = tec_stages + (step % 2) * 2 * TEC_STAGE;
     const u16* b_stage = a_stage + TEC_STAGE;
     const bool more = step + 1 < steps;
-    if (more) {
-      const i64 row0 = first + (i64)(step + 1) * TEC_CHUNK;
-      dy.load(dy_base, row0, end, n0);
-      x.load(x_base, row0, end, k0);
-    }
+    if (more) load_step(step0 + (i64)(step + 1) * TEC_CHUNK);
     const int j = lane / 8;  // lane l gives row l % 8 of ldmatrix's matrix l / 8
 #pragma unroll
     for (int kk = 0; kk < TEC_CHUNK; kk += 16) {
@@ -212,7 +251,11 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
       u32 a[2][4];
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
+#if TEC_BLOCK_SCALES  // dY's [n][rows] stage as it is
+        tec_ldmatrix_x4<false>(a[mi], a_stage + (warp_n + mi * 16 + (j & 1) * 8 + lane % 8) * TEC_COLUMNS_PITCH + kk + (j >> 1) * 8);
+#else
         tec_ldmatrix_x4<true>(a[mi], a_stage + (kk + (j >> 1) * 8 + lane % 8) * TEC_ROWS_PITCH + warp_n + mi * 16 + (j & 1) * 8);
+#endif
 #pragma unroll
       for (int nj = 0; nj < 4; ++nj) {
         // B (the sum by the tile's K columns), two 8-column fragments: matrices (k, n),
@@ -226,11 +269,33 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
 #endif
 #pragma unroll
         for (int mi = 0; mi < 2; ++mi) {
-          tec_mma(acc[mi][2 * nj], a[mi], b[0], b[1]);
-          tec_mma(acc[mi][2 * nj + 1], a[mi], b[2], b[3]);
+          tec_mma(sum[mi][2 * nj], a[mi], b[0], b[1]);
+          tec_mma(sum[mi][2 * nj + 1], a[mi], b[2], b[3]);
         }
       }
     }
+#if TEC_BLOCK_SCALES
+    const i64 row0 = step0 + (i64)step * TEC_CHUNK;
+    if (!more || (row0 + TEC_CHUNK) % 128 == 0) {  // the scale block's last step
+      const float* dy_scale = (const float*)args.slot[1] + (row0 / 128) * ((TEC_N + 3) / 4 * 4);
+      const float* x_scale = (const float*)args.slot[3] + (row0 / 128) * ((TEC_K + 3) / 4 * 4);
+      // The accumulator layout: c0, c1 at row lane / 4, columns 2 (lane % 4) and + 1; c2, c3 eight rows on.
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const float s_n = dy_scale[n0 + warp_n + mi * 16 + lane / 4 + half * 8];
+#pragma unroll
+          for (int ni = 0; ni < 8; ++ni)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              const float s = s_n * x_scale[k0 + warp_k + ni * 8 + 2 * (lane % 4) + c];
+              acc[mi][ni][2 * half + c] += part[mi][ni][2 * half + c] * s;
+              part[mi][ni][2 * half + c] = 0.0f;
+            }
+        }
+    }
+#endif
     if (more) {
       u16* next = tec_stages + ((step + 1) % 2) * 2 * TEC_STAGE;
       dy.store(next);
@@ -239,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
     __syncthreads();
   }
 
-#if TEC_FP8
+#if TEC_FP8 && !TEC_BLOCK_SCALES
   const float alpha = *(const float*)args.slot[1] * *(const float*)args.slot[3];
 #else
   const float alpha = 1.0f;

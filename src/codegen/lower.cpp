@@ -356,6 +356,10 @@ class StepLowering {
   // reference quantizes, unrounded - with the 1x128 rowwise copy by the row kernel from them.
   void emit_block_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
     const Quantizer& q = *v.proto.quantizer;
+    // A grouped weight's members are quantized one by one (grid z), each transposed on its own.
+    const int64_t members = v.proto.is_grouped() ? v.proto.group_members : 1;
+    if (members > 1 && (q.block_rows != 128 || rows % members != 0))
+      throw NotLowered{"grouped '" + v.name + "' in " + q.str() + ": the GPU quantizes grouped tensors in 128x128 blocks only"};
     const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == "TEC_PRODUCER=1" && producer.defines[1] == "TEC_IN_DTYPE=2";
     std::string source = fp32_load ? producer.inputs[0].buffer : "";
     if (source.empty()) {
@@ -363,8 +367,8 @@ class StepLowering {
       emit_row_to(producer, rows, cols, source, DType::fp32);
     }
     const bool rowwise = v.proto.usage.rowwise, columnwise = v.proto.usage.columnwise;
-    const std::vector<std::string> defines = {
-        "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
+    std::vector<std::string> defines = {
+        "TEC_ROWS=" + std::to_string(rows / members) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
         "TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
         "TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"), "TEC_AMAX_EPSILON=" + float_literal(q.amax_epsilon),
         "TEC_OVERFLOW=" + std::string(v.proto.dtype == DType::bf16 ? "3.38953139e38f" : "3.402823466e38f"),
@@ -380,8 +384,17 @@ class StepLowering {
     if (q.block_rows == 128) {
       if (rowwise) memset(role(v, BufferRole::scale_inv));  // the padding, zero as the reference leaves it
       if (columnwise) memset(role(v, BufferRole::columnwise_scale_inv));
+      if (members > 1) {
+        for (const auto& [present, r] : {std::pair{rowwise, BufferRole::data}, std::pair{columnwise, BufferRole::columnwise_data}})
+          if (present && packed_member_bytes(v, r) != rows / members * cols)
+            throw NotLowered{"grouped '" + v.name + "': its members' codes are not packed back to back"};
+        defines.push_back("TEC_MEMBER_SCALES=" + std::to_string(rowwise ? packed_member_bytes(v, BufferRole::scale_inv) / 4 : 0) + "LL");
+        defines.push_back("TEC_MEMBER_COLUMNWISE_SCALES=" +
+                          std::to_string(columnwise ? packed_member_bytes(v, BufferRole::columnwise_scale_inv) / 4 : 0) + "LL");
+        l.module = modules_.add(KernelRequest{"block_quantize.cu", defines, ""});
+      }
       l.entry = "tec_block_quantize_2d";
-      l.grid = {(cols + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock, 1};
+      l.grid = {(cols + kBlock - 1) / kBlock, (rows / members + kBlock - 1) / kBlock, members};
       l.args = {buf(source), opt(rowwise, BufferRole::data), opt(rowwise, BufferRole::scale_inv), opt(columnwise, BufferRole::columnwise_data),
                 opt(columnwise, BufferRole::columnwise_scale_inv)};
       out_.push_back(std::move(l));
@@ -412,15 +425,17 @@ class StepLowering {
   // Column sums over `rows` rows of dy [rows, cols] (kernels/column_sum.cu): a linear's dbias
   // into `sums`, or with the norm's x, mean and rsigma its dgamma into `sums` and (layernorm)
   // dbeta into `dy_sums`. Partials per chunk of rows, then their sums, in the order the CPU
-  // reference adds them (tec_column_sum_order).
+  // reference adds them (tec_column_sum_order). With `splits` (an MoE layer's m_splits over
+  // `groups` experts), the sums of each expert's rows: `sums` is [groups, cols].
   void push_column_sums(const Value& dy, int64_t rows, int64_t cols, const Value* x, const Value* mean, const Value* rsigma,
-                        const Value* sums, const Value* dy_sums) {
+                        const Value* sums, const Value* dy_sums, const Value* splits = nullptr, int64_t groups = 0) {
     constexpr int64_t kChunkRows = 64, kThreads = 256;  // TEC_COLUMN_CHUNK_ROWS in kernels/tec_math.h
-    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows, column_blocks = (cols + kThreads - 1) / kThreads;
+    // Grouped: every expert's last chunk may be partial, so up to `groups` chunks more.
+    const int64_t chunks = (rows + kChunkRows - 1) / kChunkRows + groups, column_blocks = (cols + kThreads - 1) / kThreads;
     std::vector<std::string> defines = {"TEC_COLUMN=" + std::string(x ? "2" : "1"), "TEC_N=" + std::to_string(cols) + "LL",
                                         "TEC_ROWS=" + std::to_string(rows) + "LL",
                                         "TEC_IN_DTYPE=" + std::to_string(dtype_code(dy.proto.dtype, "gradient '" + dy.name + "'")),
-                                        "TEC_HAS_MEAN=" + std::string(mean ? "1" : "0")};
+                                        "TEC_HAS_MEAN=" + std::string(mean ? "1" : "0"), "TEC_GROUPS=" + std::to_string(splits ? groups : 0)};
     if (x) defines.push_back("TEC_X_DTYPE=" + std::to_string(dtype_code(x->proto.dtype, "input '" + x->name + "'")));
     for (const Value* v : {&dy, x, mean, rsigma})
       if (v && v->proto.quantizer) throw NotLowered{"the column sums of step '" + step_.name + "' read quantized '" + v->name + "'"};
@@ -436,7 +451,8 @@ class StepLowering {
     l.grid = {column_blocks, chunks, 1};
     l.block = {kThreads, 1, 1};
     l.early_launch = true;
-    l.args = {buf(data(dy)), opt(x), opt(mean), opt(rsigma), buf(partials), dy_partials.empty() ? LaunchArg{} : buf(dy_partials)};
+    l.args = {buf(data(dy)), opt(x), opt(mean), opt(rsigma), buf(partials), dy_partials.empty() ? LaunchArg{} : buf(dy_partials),
+              opt(splits), splits ? status_bit(TEC_STATUS_BAD_SPLITS) : LaunchArg{}};
     out_.push_back(l);
     for (const auto& [out, from] : {std::pair{sums, partials}, std::pair{dy_sums, dy_partials}}) {
       if (!out) continue;
@@ -446,8 +462,8 @@ class StepLowering {
       Launch f = l;
       f.module = modules_.add(KernelRequest{"column_sum.cu", std::move(d), ""});
       f.entry = "tec_column_finish";
-      f.grid = {column_blocks, 1, 1};
-      f.args = {buf(from), buf(data(*out))};
+      f.grid = {column_blocks, splits ? groups : 1, 1};
+      f.args = {buf(from), buf(data(*out)), {}, {}, {}, {}, opt(splits), splits ? status_bit(TEC_STATUS_BAD_SPLITS) : LaunchArg{}};
       out_.push_back(std::move(f));
     }
   }
@@ -1527,33 +1543,45 @@ class StepLowering {
   // columnwise, [dy]. dgrad dx = dy W[e] is the forward's grouped GEMM over W's members
   // transposed (bf16: W transposed while tiled; FP8: the columnwise copy tiled), wgrad
   // dW[e] = dy^T x is kernels/grouped_wgrad.cu, which reads dy's rows (per tensor: the same
-  // values and scale as its columnwise copy) and x's rows (bf16) or columnwise copy (FP8).
+  // values and scale as its columnwise copy; fp8-block: its columnwise copy, whose blocks
+  // differ) and x's rows (bf16) or columnwise copy (FP8). db[e] is the column sums of each
+  // expert's rows of dy.
   void lower_grouped_backward(const Node& n) {
     const Value& x = input(n, 0);
     const Value& splits = input(n, 1);
     const Value& w = input(n, 2);
     const Value& dy = input(n, 3);
+    const Value& dy_cols = input(n, 4);
     auto grad_of = [&](int slot) { return gradient_output(n, slot); };
     const Value* dx = grad_of(0);
     const Value* dw = grad_of(2);
     const std::string where = "the backward of grouped_linear '" + n.name + "'";
-    if (grad_of(3)) throw NotLowered{where + ": the bias gradient per expert has no GPU kernel yet"};
     if (!hopper_) throw NotLowered{where + ": tec's grouped GEMMs are Hopper (sm_90) kernels; compile with --arch sm_90 alone"};
     const auto [accumulated, main_grad] = fused_main_grad_add(dw);
-    // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor.
-    auto type_code = [&](const Value& v) {
-      if (!v.proto.quantizer && v.proto.dtype == DType::bf16) return 0;
-      if (v.proto.quantizer && fp8_per_tensor(v) && v.proto.usage.rowwise) return v.proto.quantizer->dtype == DType::fp8_e4m3 ? 3 : 4;
-      throw NotLowered{where + " reads " + (v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))) + " '" +
-                       v.name + "'; the GPU's grouped backward takes bf16 and per-tensor FP8 (fp8-current, fp8-delayed) so far"};
+    // fp8-block: x and dy in 1x128 blocks, W in 128x128 tiles (LAYOUTS.md section 3).
+    auto fp8_block = [](const Value& v, int64_t block_rows) {
+      const auto& q = v.proto.quantizer;
+      return q && q->kind == QuantizerKind::fp8_block && q->block_rows == block_rows && q->block_cols == 128;
     };
-    const int x_type = type_code(x), w_type = type_code(w), dy_type = type_code(dy);
+    // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor or in blocks.
+    auto type_code = [&](const Value& v, int64_t block_rows) {
+      if (!v.proto.quantizer && v.proto.dtype == DType::bf16) return 0;
+      if (v.proto.quantizer && ((fp8_per_tensor(v) && v.proto.usage.rowwise) || fp8_block(v, block_rows)))
+        return v.proto.quantizer->dtype == DType::fp8_e4m3 ? 3 : 4;
+      throw NotLowered{where + " reads " + (v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))) + " '" +
+                       v.name + "'; the GPU's grouped backward takes bf16, per-tensor FP8 (fp8-current, fp8-delayed) and fp8-block so far"};
+    };
+    const int x_type = type_code(x, 1), w_type = type_code(w, 128), dy_type = type_code(dy, 1);
     if ((x_type == 0) != (w_type == 0) || (x_type == 0) != (dy_type == 0) || (w_type != 0 && w_type != 3))
       throw NotLowered{where + " mixes operand types (bf16 with FP8, or an E5M2 weight)"};
     const bool fp8 = x_type != 0;
+    const bool block = fp8_block(x, 1);
+    if (block != fp8_block(w, 128) || block != fp8_block(dy, 1) || block != fp8_block(dy_cols, 1))
+      throw NotLowered{where + " mixes per-tensor FP8 with FP8 blocks"};
     // The memory plan frees a saved FP8 input's rowwise copy once the forward has read it, so
     // the wgrad reads an FP8 x from its columnwise copy.
     if (fp8 && !x.proto.usage.columnwise) throw NotLowered{where + ": '" + x.name + "' has no columnwise copy for the wgrad"};
+    if (block && !dy_cols.proto.usage.columnwise) throw NotLowered{where + ": '" + dy_cols.name + "' has no columnwise copy for the wgrad"};
     const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
     const int64_t rows = x.proto.shape.rows();
     if (n_out % 128 != 0 || k % 128 != 0)
@@ -1569,14 +1597,19 @@ class StepLowering {
                                   : tile_grouped_weight(data(w), w.name + ".dgrad_tiles", experts, n_out, k, 2, true);
       const DType d_type = staged ? DType::bf16 : dx->proto.dtype;
       const std::string d = staged ? add_workspace("dgrad_staging", TensorProto::dense(dx->proto.shape, DType::bf16)) : data(*dx);
-      const int64_t tile_n = k % 256 == 0 ? 256 : 128;
+      const int64_t tile_n = k % 256 == 0 && !block ? 256 : 128;
       std::vector<std::string> defines = {"TEC_N=" + std::to_string(k) + "LL", "TEC_TILE_N=" + std::to_string(tile_n), "TEC_K=" + std::to_string(n_out) + "LL",
                                           "TEC_E=" + std::to_string(experts), "TEC_ROWS=" + std::to_string(rows) + "LL",
                                           "TEC_BF16=" + std::string(fp8 ? "0" : "1"), "TEC_BIAS=0", "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"),
                                           "TEC_AMAX=0", "TEC_X_E5M2=" + std::string(dy_type == 4 ? "1" : "0")};
+      // W^T's 128x128 scales: W's columnwise scale_inv, each member [k / 128, roundup(n_out / 128, 4)].
+      if (block)
+        defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
+                                       "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(n_out, 128), 4)) + "LL",
+                                       "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::columnwise_scale_inv) / 4) + "LL"});
       Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n);
       l.args = {buf(w_t),
-                fp8 ? buf(role(w, BufferRole::scale_inv)) : LaunchArg{},
+                fp8 ? buf(role(w, block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv)) : LaunchArg{},
                 buf(data(dy)),
                 fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{},
                 LaunchArg{},
@@ -1585,7 +1618,8 @@ class StepLowering {
                 status_bit(TEC_STATUS_BAD_SPLITS),
                 LaunchArg{}};
       out_.push_back(std::move(l));
-      step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (tiled every run)");
+      step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (tiled every run)" +
+                              std::string(block ? ", fp8-block scales applied per 128-deep step" : ""));
       if (staged) emit_row(load(d, DType::bf16, "dgrad staging"), *dx);
     }
     if (dw) {
@@ -1598,7 +1632,8 @@ class StepLowering {
       KernelRequest request{"grouped_wgrad.cu",
                             {"TEC_N=" + std::to_string(n_out) + "LL", "TEC_K=" + std::to_string(k) + "LL", "TEC_E=" + std::to_string(experts),
                              "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type),
-                             "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"), "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0")},
+                             "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"), "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0"),
+                             "TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0")},
                             ""};
       Launch l;
       l.kind = Launch::Kind::kernel;
@@ -1608,11 +1643,19 @@ class StepLowering {
       l.grid = {k / 128, n_out / 128, experts};
       l.block = {256, 1, 1};
       l.shared_bytes = 2 * 2 * 128 * (64 + 8) * 2;  // two steps of both operands, each 128 x 64 16-bit values and their skew (TEC_STAGE)
-      l.args = {buf(data(dy)), fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{}, buf(fp8 ? role(x, BufferRole::columnwise_data) : data(x)),
-                fp8 ? buf(role(x, BufferRole::scale_inv)) : LaunchArg{}, buf(data(splits)), buf(data(d)), status_bit(TEC_STATUS_BAD_SPLITS)};
+      // Per tensor, a columnwise copy has its rowwise copy's scale_inv; blocks have their own.
+      const BufferRole scales = block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv;
+      l.args = {buf(block ? role(dy_cols, BufferRole::columnwise_data) : data(dy)), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
+                buf(fp8 ? role(x, BufferRole::columnwise_data) : data(x)), fp8 ? buf(role(x, scales)) : LaunchArg{}, buf(data(splits)), buf(data(d)),
+                status_bit(TEC_STATUS_BAD_SPLITS)};
       out_.push_back(std::move(l));
-      step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (mma.sync" + std::string(fp8 ? ", FP8 widened to fp16)" : ")") +
+      step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (mma.sync" +
+                              std::string(block ? ", FP8 widened to fp16, each 128-row scale block summed apart)" : fp8 ? ", FP8 widened to fp16)" : ")") +
                               (main_grad ? ", added into '" + main_grad->name + "'" : std::string()));
+    }
+    if (const Value* db = grad_of(3)) {
+      push_column_sums(input(n, 5), rows, n_out, nullptr, nullptr, nullptr, db, nullptr, &splits, experts);
+      step_.fusions.push_back("gpu: the bias gradient of '" + n.name + "' as column sums over each expert's rows");
     }
   }
 

@@ -8,7 +8,7 @@
 //   routings given from outside: uniform, skewed, every token on one expert, experts left empty;
 // - hostile routing data (an expert index out of range, m_splits that do not sum to the rows)
 //   is reported whenever the results are read, until the next run; the next good run is fine;
-// - training (bf16, fp8-current, fp8-delayed) through the same four routings: the backward's kernel
+// - training (bf16, fp8-current, fp8-delayed, fp8-block; a bias per expert) through the same four routings: the backward's kernel
 //   steps bit for bit, the grouped dgrad and wgrad within bounds, 100 replays of one graph.
 #include <cmath>
 #include <cstdlib>
@@ -306,19 +306,20 @@ int routed_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream,
 // A training step through routing given from outside: each step against the CPU's (kernel
 // steps bit for bit: the permute, unpermute and their backward; the grouped GEMMs, dgrad and
 // wgrad within bounds), then 100 replays of one train graph with the four routing patterns in
-// turn, y, dx, d(weights) and the growth of fc's main_grad each within the run bound of the CPU
+// turn, y, dx, d(weights) and the growth of fc's main_grads (weight and bias: the bias gradient
+// is column sums over each expert's rows) each within the run bound of the CPU
 // reference run from the same arena; then an expert index out of range, reported as in
 // inference, and a good run after it.
 int routed_train_case(RecipeKind recipe, const std::string& arch, cudaStream_t stream) {
   const int64_t tokens = 300, top_k = 2, experts = 8;
-  const auto plan = compile_plan(write_model("routed_train", routed_layer(tokens, top_k, experts, false)), recipe, arch, true, Mode::train);
+  const auto plan = compile_plan(write_model("routed_train", routed_layer(tokens, top_k, experts)), recipe, arch, true, Mode::train);
   Bench b(plan, 0, stream);
   const std::string label = "routed layer train " + std::string(to_string(recipe)) + " T=300";
   std::mt19937 rng(11);
   b.inputs.randomize_inputs(3);
   set_routing(b.inputs, rng, 0, tokens, top_k, experts);
   int failures = check_steps(b, label);
-  const std::vector<std::string> names = {"y", "dx", "dweights", "fc.weight.main_grad"};
+  const std::vector<std::string> names = {"y", "dx", "dweights", "fc.weight.main_grad", "fc.bias.main_grad"};
   std::vector<double> worst(names.size(), 0.0);
   const int replays = replay_count();
   for (int replay = 0; replay < replays; ++replay) {
@@ -404,7 +405,7 @@ int moe_test(const std::string& arch) {
       failures += routed_case(recipe, arch, stream, false);
     }
   }
-  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})  // those MoE layers train under on the GPU
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})  // those MoE layers train under on the GPU
     if (!only_recipe || to_string(recipe) == only_recipe) failures += routed_train_case(recipe, arch, stream);
   if (!only_recipe) failures += hostile_splits_case(arch, stream);
   CHECK_CUDA(cudaStreamDestroy(stream));

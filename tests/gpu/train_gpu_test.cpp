@@ -13,6 +13,9 @@
 // compiler's reason, and counted as not covered (never as passed).
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 
 #include "compiler.h"
@@ -49,7 +52,7 @@ constexpr double kCpuGemmMacs = 4e9;
 
 int run_train_case(const TrainCase& c, const std::string& arch) {
   CompileOptions options;
-  options.model_path = std::string(TEC_SOURCE_DIR) + "/examples/" + c.model;
+  options.model_path = c.model.starts_with("/") ? c.model : std::string(TEC_SOURCE_DIR) + "/examples/" + c.model;
   options.frontend.mode = Mode::train;
   options.frontend.recipe = c.recipe;
   options.frontend.dim_overrides["T"] = c.tokens;
@@ -73,7 +76,7 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
     const plan::Profile& profile = plan->profiles[pi];
     const int64_t tokens = profile.dims.at("T");
     char label[160];
-    std::snprintf(label, sizeof label, "train %s %s T=%lld%s", c.model.c_str(), recipe.c_str(), static_cast<long long>(tokens),
+    std::snprintf(label, sizeof label, "train %s %s T=%lld%s", std::filesystem::path(c.model).filename().c_str(), recipe.c_str(), static_cast<long long>(tokens),
                   c.optimizer == TrainOptions::Optimizer::adamw ? " adamw" : "");
     reference::Session inputs(*plan, profile);
     inputs.randomize_inputs(7);
@@ -253,6 +256,20 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
 
 }  // namespace
 
+// examples/moe_tiny.json with a bias per expert in fc1 and fc2, written to a temporary file.
+static std::string moe_tiny_with_bias() {
+  std::ifstream in(std::string(TEC_SOURCE_DIR) + "/examples/moe_tiny.json");
+  std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (const std::string from : {R"("out_features": "F2"})", R"("out_features": "H"})"}) {
+    const size_t at = model.find(from);
+    if (at == std::string::npos) throw std::runtime_error("examples/moe_tiny.json has no " + from);
+    model.replace(at, from.size(), from.substr(0, from.size() - 1) + R"(, "bias": true})");
+  }
+  const std::string path = (std::filesystem::temp_directory_path() / "tec_moe_tiny_bias.json").string();
+  std::ofstream(path) << model;
+  return path;
+}
+
 int train_plans_test(const std::string& arch) {
   const std::vector<RecipeKind> recipes = {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed,
                                            RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4};
@@ -262,8 +279,10 @@ int train_plans_test(const std::string& arch) {
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_current, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"swiglu_mlp.json", RecipeKind::bf16, {32}, TrainOptions::Optimizer::adamw});
   cases.push_back({"mlp_tiny.json", RecipeKind::fp8_block, {128}, TrainOptions::Optimizer::adamw});
-  for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16 and per-tensor FP8 so far
+  for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16, per-tensor FP8, fp8-block
   cases.push_back({"moe_tiny.json", RecipeKind::bf16, {64}, TrainOptions::Optimizer::adamw});
+  // With a bias per expert in both grouped linears (its gradient: column sums over each expert's rows).
+  for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_block}) cases.push_back({moe_tiny_with_bias(), r, {64}});
   if (!std::getenv("TEC_GPU_TEST_SMALL"))
     for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
       cases.push_back({"mlp.json", r, {16, 2048}});

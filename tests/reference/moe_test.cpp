@@ -274,45 +274,59 @@ TEST_CASE("MoE graphs that cannot work are refused at compile time, naming the n
   }
 }
 
-TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current and fp8-delayed; fp8-block names what it lacks") {
-  auto lowered = [](RecipeKind recipe) {
+TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed and fp8-block; mxfp8 names what it lacks") {
+  // examples/moe_tiny.json, or with a bias per expert in fc1.
+  auto lowered = [](RecipeKind recipe, bool bias = false) {
+    std::string model = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
+    const std::string from = R"("out_features": "F2"})";
+    REQUIRE(model.find(from) != std::string::npos);
+    if (bias) model.replace(model.find(from), from.size(), R"("out_features": "F2", "bias": true})");
     CompileOptions o;
-    o.model_path = test::source_dir() + "/examples/moe_tiny.json";
+    o.model_path = write_temp("moe_train_lowering", model);
     o.frontend = test::with_recipe(recipe, Mode::train);
     o.archs = {"sm_90"};
     o.cache_dir = "";
     o.dump_after = "lower";
     return compile(o);
   };
-  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed}) {
+  using Kernels = std::vector<std::string>;
+  // The kernels of step `step`, or of the step that fuses more nodes after it ("step+...").
+  auto kernels = [](const CompiledProfile& p, const std::string& step) {
+    Kernels entries;
+    for (const codegen::Launch& l : p.gpu.launches) {
+      const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
+      if (name == step || name.starts_with(step + "+")) entries.push_back(l.entry);
+    }
+    return entries;
+  };
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block}) {
     CAPTURE(to_string(recipe));
     const CompileResult r = lowered(recipe);
     for (const CompiledProfile& p : r.profiles) {
       CHECK(p.gpu.supported);
-      // The kernels of step `step`, or of the step that fuses more nodes after it ("step+...").
-      auto kernels = [&](const std::string& step) {
-        std::vector<std::string> entries;
-        for (const codegen::Launch& l : p.gpu.launches) {
-          const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
-          if (name == step || name.starts_with(step + "+")) entries.push_back(l.entry);
-        }
-        return entries;
-      };
-      using Kernels = std::vector<std::string>;
       // The forward's weights change every step: tiled every run before the grouped GEMM.
-      CHECK(kernels("fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
+      CHECK(kernels(p, "fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
       // dgrad over W^T, tiled, then wgrad into main_grad.
-      CHECK(kernels("fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
+      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
       // d(weights), then d(y) scattered back by a row kernel (which may quantize it in two passes).
-      const Kernels unpermute = kernels("unpermute.backward");
+      const Kernels unpermute = kernels(p, "unpermute.backward");
       CHECK(Kernels(unpermute.begin(), unpermute.begin() + 3) == Kernels{"tec_moe_unpermute_weights_grad", "tec_moe_invert_row_map", "tec_row"});
-      CHECK(kernels("permute.backward") == Kernels{"tec_moe_route", "tec_row"});
-      CHECK(kernels("router.backward") == Kernels{"tec_moe_router_backward", "tec_moe_router_weight_grad"});
+      CHECK(kernels(p, "permute.backward") == Kernels{"tec_moe_route", "tec_row"});
+      CHECK(kernels(p, "router.backward") == Kernels{"tec_moe_router_backward", "tec_moe_router_weight_grad"});
     }
   }
-  for (const CompiledProfile& p : lowered(RecipeKind::fp8_block).profiles) {
+  // The bias gradient per expert: column sums over each expert's rows, after the GEMMs.
+  for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_block}) {
+    CAPTURE(to_string(recipe));
+    for (const CompiledProfile& p : lowered(recipe, true).profiles) {
+      CHECK(p.gpu.supported);
+      CHECK(kernels(p, "fc1.backward") ==
+            Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad", "tec_column_partials", "tec_column_finish"});
+    }
+  }
+  for (const CompiledProfile& p : lowered(RecipeKind::mxfp8).profiles) {
     CHECK_FALSE(p.gpu.supported);
-    CHECK(p.gpu.reason.find("the GPU's grouped backward takes bf16 and per-tensor FP8") != std::string::npos);
+    CHECK(p.gpu.reason.find("needs a columnwise mxfp8 copy (training)") != std::string::npos);
   }
 }
 
