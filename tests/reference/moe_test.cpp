@@ -306,8 +306,11 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
       CHECK(p.gpu.supported);
       // The forward's weights change every step: tiled every run before the grouped GEMM.
       CHECK(kernels(p, "fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
-      // dgrad over W^T, tiled, then wgrad into main_grad.
-      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
+      // dgrad over W^T, tiled, then wgrad into main_grad: bf16 by wgmma (in_features % 256 ==
+      // 0), FP8 by mma.sync; fc2's in_features of 128 takes mma.sync under every recipe.
+      const std::string wgrad = recipe == RecipeKind::bf16 ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad";
+      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", wgrad});
+      CHECK(kernels(p, "fc2.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
       // d(weights), then d(y) scattered back by a row kernel (which may quantize it in two passes).
       const Kernels unpermute = kernels(p, "unpermute.backward");
       CHECK(Kernels(unpermute.begin(), unpermute.begin() + 3) == Kernels{"tec_moe_unpermute_weights_grad", "tec_moe_invert_row_map", "tec_row"});
@@ -320,8 +323,9 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     CAPTURE(to_string(recipe));
     for (const CompiledProfile& p : lowered(recipe, true).profiles) {
       CHECK(p.gpu.supported);
-      CHECK(kernels(p, "fc1.backward") ==
-            Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad", "tec_column_partials", "tec_column_finish"});
+      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm",
+                                                  recipe == RecipeKind::bf16 ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad",
+                                                  "tec_column_partials", "tec_column_finish"});
     }
   }
   for (const CompiledProfile& p : lowered(RecipeKind::mxfp8).profiles) {

@@ -1,0 +1,169 @@
+// The weight gradient of an MoE layer's grouped linear in bf16 on Hopper (sm_90a), with wgmma:
+// for each expert e,
+//   D[e] (N x K) = dY[rows of e]^T . X[rows of e]  (+ D[e] as it was, TEC_ACCUMULATE)
+// where the rows of e are the m_splits[e] rows after those of the experts before it, read from
+// device memory: one graph serves any routing. kernels/grouped_wgrad.cu does the same with
+// mma.sync (about 265 TFLOP/s on moe.json's fc1, H100) and stays for FP8 and fp8-block, whose
+// wgmma takes K-major operands only.
+//
+// The sum runs along the rows, and both operands are stored row-major ([ROWS, N] and
+// [ROWS, K]), so in shared memory both are MN-major: a step of 64 rows is, per 64 columns, an
+// atom of 64 rows x 128 bytes in the 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)),
+// which wgmma reads transposed (imm-trans 1) by tec_sw128_mn_descriptor. Every chunk lies in
+// one row, so the rows outside the expert are zero-filled by the copy itself (cp.async with
+// source size 0), and an expert's rows may start anywhere.
+//
+// A block makes a 128 x 256 tile of one expert's D (grid: (N / 128) * (K / 256), 1, E): a
+// producer warpgroup copies the steps by cp.async into a ring of 4 slots (each 16 KB of dY, 32
+// KB of X), each thread's copies counted on the slot's mbarrier as they land; two consumer
+// warpgroups own 64 rows of D each and run wgmma m64n256k16 (4 per step) into fp32 registers.
+//
+// An expert with no rows writes zeros (or adds them). m_splits that are negative or do not sum
+// to the rows set TEC_STATUS_BAD_SPLITS in the session's status word, and every block returns
+// before reading anything by them.
+//
+// Defines: TEC_N (% 128 == 0), TEC_K (% 256 == 0), TEC_E, TEC_ROWS, TEC_OUT (0 bf16, 2 fp32),
+// TEC_ACCUMULATE. Slots: grouped_wgrad.cu's (0 dY [ROWS, N], 2 X [ROWS, K], 4 m_splits,
+// 5 D [E, N, K], 6 status). Dynamic shared memory: 4 x 48 KB slots, 1 KB to align them, the
+// mbarriers.
+#include "hopper.cuh"
+
+#define TEC_SLOTS 4
+#define TEC_STEP_ROWS 64
+
+constexpr int kTileN = 128, kTileK = 256;
+constexpr u32 kAtomBytes = TEC_STEP_ROWS * 128;      // 64 columns by the step's 64 rows
+constexpr u32 kDyBytes = kTileN / 64 * kAtomBytes;   // 16 KB
+constexpr u32 kSlotBytes = kDyBytes + kTileK / 64 * kAtomBytes;  // + 32 KB of X
+constexpr int kColumnTiles = (int)(TEC_K / kTileK);
+
+struct TecWgradArgs {
+  unsigned long long slot[7];
+};
+
+// 16 bytes from src into dst, or zeros when !valid (cp.async's source size 0 reads nothing).
+__device__ __forceinline__ void tec_copy16_or_zero(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecWgradArgs args) {
+  extern __shared__ __align__(1024) u8 tec_shared[];
+  tec_wait_for_previous_kernel();
+  __shared__ i64 expert_rows[2];  // first row, end
+  __shared__ int bad;
+  const int expert = blockIdx.z;
+  if (threadIdx.x == 0) {
+    const int* m_splits = (const int*)args.slot[4];
+    i64 row = 0, first = 0, end = 0;
+    bool splits_bad = false;
+    for (int e = 0; e < TEC_E; ++e) {
+      const i64 m = m_splits[e];
+      if (m < 0 || m > TEC_ROWS - row) {
+        splits_bad = true;
+        break;
+      }
+      if (e == expert) first = row, end = row + m;
+      row += m;
+    }
+    bad = splits_bad || row != TEC_ROWS;
+    expert_rows[0] = first, expert_rows[1] = end;
+    if (bad && blockIdx.x == 0 && blockIdx.z == 0) atomicOr((int*)args.slot[6], TEC_STATUS_BAD_SPLITS);
+  }
+  const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;  // the swizzle's period
+  const u32 barriers = base + TEC_SLOTS * kSlotBytes;
+  auto full = [&](int s) { return barriers + 8u * (u32)s; };
+  auto empty = [&](int s) { return barriers + 8u * (u32)(TEC_SLOTS + s); };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < TEC_SLOTS; ++s) {
+      tec_barrier_init(full(s), 128);  // each producer thread's copies
+      tec_barrier_init(empty(s), 256);  // every consumer thread
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (bad) return;
+  const i64 first = expert_rows[0], end = expert_rows[1];
+  const int steps = (int)((end - first + TEC_STEP_ROWS - 1) / TEC_STEP_ROWS);
+  const i64 n0 = (i64)(blockIdx.x / kColumnTiles) * kTileN, k0 = (i64)(blockIdx.x % kColumnTiles) * kTileK;
+  const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 72;");  // at 56 ptxas spilled the copies' addresses
+    const u8* dy = (const u8*)args.slot[0];
+    const u8* x = (const u8*)args.slot[2];
+    for (int g = 0; g < steps; ++g) {
+      const int s = g % TEC_SLOTS;
+      if (g >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((g / TEC_SLOTS - 1) & 1));
+      const u32 slot = base + (u32)s * kSlotBytes;
+      const i64 row0 = first + (i64)g * TEC_STEP_ROWS;
+      // Chunk id: row (id / chunks per row), the chunk's 64-column atom and its 16 bytes in it.
+      auto copy = [&](u32 region, const u8* source, i64 row_bytes, i64 column0, int id, int chunks_per_row) {
+        const int row = id / chunks_per_row, chunk = id % chunks_per_row, atom = chunk / 8, c = chunk % 8;
+        const i64 r = row0 + row;
+        const bool valid = r < end;
+        const u32 dst = region + (u32)atom * kAtomBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((c ^ (row % 8)) * 16));
+        tec_copy16_or_zero(dst, source + (valid ? r : first) * row_bytes + column0 * 2 + chunk * 16, valid);
+      };
+#pragma unroll
+      for (int i = 0; i < 8; ++i) copy(slot, dy, TEC_N * 2, n0, i * 128 + tid, kTileN / 8);
+#pragma unroll
+      for (int i = 0; i < 16; ++i) copy(slot + kDyBytes, x, TEC_K * 2, k0, i * 128 + tid, kTileK / 8);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full(s)) : "memory");
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");  // (168 x 384 - 72 x 128) / 256: what the block launched with
+  const int consumer = warpgroup - 1;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int g = 0; g < steps; ++g) {
+    const int s = g % TEC_SLOTS;
+    tec_barrier_wait(full(s), (u32)((g / TEC_SLOTS) & 1));
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async wrote (generic proxy), wgmma reads (async)
+    const u32 slot = base + (u32)s * kSlotBytes;
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#pragma unroll
+    for (int k = 0; k < TEC_STEP_ROWS / 16; ++k) {
+      // 16 rows = two 8-row groups, 2 KB on in every atom.
+      const unsigned long long a = tec_sw128_mn_descriptor(slot + (u32)consumer * kAtomBytes + (u32)k * 2048u, kAtomBytes);
+      const unsigned long long b = tec_sw128_mn_descriptor(slot + kDyBytes + (u32)k * 2048u, kAtomBytes);
+      tec_wgmma_bf16_m64n256k16<1, 1>(acc, a, b, 1);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
+    if (g > 0) tec_barrier_arrive(empty((g - 1) % TEC_SLOTS));
+  }
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
+  tec_allow_next_kernel();
+
+  // The accumulator layout: warp w holds rows 16w + lane / 4 (+ 8), and in each 8-column group
+  // j the columns 8j + 2 (lane % 4) and + 1.
+  const int warp = tid / 32, lane = tid % 32;
+#pragma unroll
+  for (int i = 0; i < 128; i += 2) {
+    const i64 n = n0 + consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
+    const i64 k = k0 + (i / 4) * 8 + 2 * (lane % 4);
+    const i64 out = ((i64)expert * TEC_N + n) * TEC_K + k;
+    float v0 = acc[i], v1 = acc[i + 1];
+#if TEC_OUT == 2
+    float2* d = (float2*)((float*)args.slot[5] + out);
+#if TEC_ACCUMULATE
+    const float2 c = *d;
+    v0 = c.x + v0, v1 = c.y + v1;
+#endif
+    *d = make_float2(v0, v1);
+#else
+    u32* d = (u32*)((u16*)args.slot[5] + out);
+#if TEC_ACCUMULATE
+    const u32 c = *d;
+    v0 = tec_bf16_to_float((u16)(c & 0xFFFFu)) + v0, v1 = tec_bf16_to_float((u16)(c >> 16)) + v1;
+#endif
+    *d = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
+#endif
+  }
+}
