@@ -1542,10 +1542,9 @@ class StepLowering {
   // grouped_linear's backward. Inputs: x, m_splits, W, dy quantized rowwise, dy quantized
   // columnwise, [dy]. dgrad dx = dy W[e] is the forward's grouped GEMM over W's members
   // transposed (bf16: W transposed while tiled; FP8: the columnwise copy tiled), wgrad
-  // dW[e] = dy^T x is kernels/grouped_wgrad.cu, which reads dy's rows (per tensor: the same
-  // values and scale as its columnwise copy; fp8-block: its columnwise copy, whose blocks
-  // differ) and x's rows (bf16) or columnwise copy (FP8). db[e] is the column sums of each
-  // expert's rows of dy.
+  // dW[e] = dy^T x is kernels/grouped_wgrad_sm90.cu (wgmma: bf16 rows, or both FP8 columnwise
+  // copies) or kernels/grouped_wgrad.cu (mma.sync: fp8-block, other shapes). db[e] is the
+  // column sums of each expert's rows of dy.
   void lower_grouped_backward(const Node& n) {
     const Value& x = input(n, 0);
     const Value& splits = input(n, 1);
@@ -1629,16 +1628,17 @@ class StepLowering {
                          "; the grouped wgrad writes fp32 or bf16"};
       if (main_grad && (data(*main_grad) != data(d) || main_grad->proto.dtype != d.proto.dtype))
         throw NotLowered{where + ": '" + main_grad->name + "' and '" + d.name + "' are not one buffer, which the grouped wgrad adds into in place"};
-      // bf16 with K % 256 == 0: wgmma over both operands MN-major (kernels/grouped_wgrad_sm90.cu;
-      // moe.json's fc1 at T = 8192 in a standalone A/B on an H100: 14.1 -> 9.0 ms, 273 -> 427
-      // TFLOP/s). FP8's wgmma takes K-major operands only, so FP8 and the rest keep mma.sync.
-      const bool wgmma = !fp8 && k % 256 == 0;
+      // wgmma (kernels/grouped_wgrad_sm90.cu) where K % 256 == 0: bf16 over both operands
+      // MN-major, per-tensor FP8 over both columnwise copies (K-major; rows % 16 == 0, so each
+      // column's rows start on 16 bytes). Standalone A/B on an H100, moe.json's fc1 at
+      // T = 8192 (16384 rows): bf16 14.1 -> 9.0 ms (273 -> 427 TFLOP/s), FP8 17.9 -> 8.9 ms.
+      // fp8-block (scales per 128-row block) and other shapes keep mma.sync.
+      const bool wgmma = k % 256 == 0 && !block && (!fp8 || (rows % 16 == 0 && dy_cols.proto.usage.columnwise));
       std::vector<std::string> defines = {"TEC_N=" + std::to_string(n_out) + "LL", "TEC_K=" + std::to_string(k) + "LL", "TEC_E=" + std::to_string(experts),
                                           "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"),
                                           "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0")};
-      if (!wgmma)
-        defines.insert(defines.end(), {"TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type),
-                                       "TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0")});
+      if (fp8 || !wgmma) defines.insert(defines.end(), {"TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type)});
+      if (!wgmma) defines.push_back("TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0"));
       KernelRequest request{wgmma ? "grouped_wgrad_sm90.cu" : "grouped_wgrad.cu", std::move(defines), ""};
       request.arch_specific = wgmma;
       Launch l;
@@ -1658,12 +1658,14 @@ class StepLowering {
       }
       // Per tensor, a columnwise copy has its rowwise copy's scale_inv; blocks have their own.
       const BufferRole scales = block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv;
-      l.args = {buf(block ? role(dy_cols, BufferRole::columnwise_data) : data(dy)), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
+      const bool dy_columnwise = block || (fp8 && wgmma);
+      l.args = {buf(dy_columnwise ? role(dy_cols, BufferRole::columnwise_data) : data(dy)), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
                 buf(fp8 ? role(x, BufferRole::columnwise_data) : data(x)), fp8 ? buf(role(x, scales)) : LaunchArg{}, buf(data(splits)), buf(data(d)),
                 status_bit(TEC_STATUS_BAD_SPLITS)};
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (" +
-                              std::string(wgmma  ? "wgmma, both operands MN-major"
+                              std::string(wgmma && fp8 ? "wgmma over both columnwise copies, FP8 accumulation as the forward's"
+                                          : wgmma ? "wgmma, both operands MN-major"
                                           : block ? "mma.sync, FP8 widened to fp16, each 128-row scale block summed apart"
                                           : fp8   ? "mma.sync, FP8 widened to fp16"
                                                   : "mma.sync") +

@@ -306,9 +306,10 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
       CHECK(p.gpu.supported);
       // The forward's weights change every step: tiled every run before the grouped GEMM.
       CHECK(kernels(p, "fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
-      // dgrad over W^T, tiled, then wgrad into main_grad: bf16 by wgmma (in_features % 256 ==
-      // 0), FP8 by mma.sync; fc2's in_features of 128 takes mma.sync under every recipe.
-      const std::string wgrad = recipe == RecipeKind::bf16 ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad";
+      // dgrad over W^T, tiled, then wgrad into main_grad: by wgmma where in_features % 256 == 0
+      // but under fp8-block (scales per 128 rows: mma.sync); fc2's in_features of 128 takes
+      // mma.sync under every recipe.
+      const std::string wgrad = recipe == RecipeKind::fp8_block ? "tec_grouped_wgrad" : "tec_grouped_wgrad_sm90";
       CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", wgrad});
       CHECK(kernels(p, "fc2.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad"});
       // d(weights), then d(y) scattered back by a row kernel (which may quantize it in two passes).
@@ -324,7 +325,7 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     for (const CompiledProfile& p : lowered(recipe, true).profiles) {
       CHECK(p.gpu.supported);
       CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm",
-                                                  recipe == RecipeKind::bf16 ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad",
+                                                  recipe == RecipeKind::fp8_block ? "tec_grouped_wgrad" : "tec_grouped_wgrad_sm90",
                                                   "tec_column_partials", "tec_column_finish"});
     }
   }
