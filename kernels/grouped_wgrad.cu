@@ -36,7 +36,7 @@
 // ([ROWS, K]; FP8: its columnwise copy [K, ROWS]), 3 X scale_inv (FP8; block scales:
 // [ceil(ROWS / 128), roundup(K, 4)]), 4 m_splits, 5 D [E, N, K], 6 status.
 // Dynamic shared memory: 2 steps x 2 operands x TEC_STAGE 16-bit elements (73728 bytes).
-#include "common.cuh"
+#include "grouped_wgrad.cuh"
 
 #define TEC_FP8 (TEC_DY_TYPE != 0)
 #if (TEC_X_TYPE != 0) != TEC_FP8
@@ -53,9 +53,6 @@
 #define TEC_COLUMNS_PITCH (TEC_CHUNK + 8)  // a [128][rows] stage's row
 #define TEC_STAGE (128 * TEC_COLUMNS_PITCH)  // 16-bit elements of one operand's step (>= TEC_CHUNK * TEC_ROWS_PITCH)
 
-struct TecWgradArgs {
-  unsigned long long slot[7];
-};
 
 // Two FP8 codes (the low 16 bits of `codes`) as an fp16 pair, the low byte in the low half.
 template <int kType>
@@ -163,24 +160,8 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
   tec_allow_next_kernel();
   __shared__ i64 expert_rows[2];  // first row, end
   __shared__ int bad;
+  tec_wgrad_expert_rows(args, expert_rows, bad);
   const int expert = blockIdx.z;
-  if (threadIdx.x == 0) {
-    const int* m_splits = (const int*)args.slot[4];
-    i64 row = 0, first = 0, end = 0;
-    bool splits_bad = false;
-    for (int e = 0; e < TEC_E; ++e) {
-      const i64 m = m_splits[e];
-      if (m < 0 || m > TEC_ROWS - row) {
-        splits_bad = true;
-        break;
-      }
-      if (e == expert) first = row, end = row + m;
-      row += m;
-    }
-    bad = splits_bad || row != TEC_ROWS;
-    expert_rows[0] = first, expert_rows[1] = end;
-    if (bad && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0) atomicOr((int*)args.slot[6], TEC_STATUS_BAD_SPLITS);
-  }
   __syncthreads();
   if (bad) return;
   const i64 first = expert_rows[0], end = expert_rows[1];
@@ -317,22 +298,6 @@ extern "C" __global__ void __launch_bounds__(256) tec_grouped_wgrad(TecWgradArgs
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const i64 n = n0 + warp_n + mi * 16 + lane / 4 + half * 8, k = k0 + warp_k + ni * 8 + 2 * (lane % 4);
-        const i64 out = ((i64)expert * TEC_N + n) * TEC_K + k;
-        float v0 = alpha * acc[mi][ni][2 * half], v1 = alpha * acc[mi][ni][2 * half + 1];
-#if TEC_OUT == 2
-        float2* d = (float2*)((float*)args.slot[5] + out);
-#if TEC_ACCUMULATE
-        const float2 c = *d;
-        v0 = c.x + v0, v1 = c.y + v1;
-#endif
-        *d = make_float2(v0, v1);
-#else
-        u32* d = (u32*)((u16*)args.slot[5] + out);
-#if TEC_ACCUMULATE
-        const u32 c = *d;
-        v0 = tec_bf16_to_float((u16)(c & 0xFFFFu)) + v0, v1 = tec_bf16_to_float((u16)(c >> 16)) + v1;
-#endif
-        *d = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
-#endif
+        tec_wgrad_store(args, ((i64)expert * TEC_N + n) * TEC_K + k, alpha * acc[mi][ni][2 * half], alpha * acc[mi][ni][2 * half + 1]);
       }
 }

@@ -37,6 +37,7 @@
 // Slots: grouped_wgrad.cu's (0 dY [ROWS, N], FP8: its columnwise copy [N, ROWS]; 1 dY
 // scale_inv; 2 X [ROWS, K], FP8: [K, ROWS]; 3 X scale_inv; 4 m_splits; 5 D [E, N, K];
 // 6 status). Dynamic shared memory: 4 x 48 KB slots, 1 KB to align them, the mbarriers.
+#include "grouped_wgrad.cuh"
 #include "hopper.cuh"
 
 #ifndef TEC_DY_TYPE
@@ -76,9 +77,6 @@ __device__ __forceinline__ void tec_wgmma_fp8_step(float (&d)[128], unsigned lon
 }
 #endif
 
-struct TecWgradArgs {
-  unsigned long long slot[7];
-};
 
 // 16 bytes from src into dst, or zeros when !valid (cp.async's source size 0 reads nothing).
 __device__ __forceinline__ void tec_copy16_or_zero(u32 dst, const void* src, bool valid) {
@@ -90,24 +88,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
   tec_wait_for_previous_kernel();
   __shared__ i64 expert_rows[2];  // first row, end
   __shared__ int bad;
+  tec_wgrad_expert_rows(args, expert_rows, bad);
   const int expert = blockIdx.z;
-  if (threadIdx.x == 0) {
-    const int* m_splits = (const int*)args.slot[4];
-    i64 row = 0, first = 0, end = 0;
-    bool splits_bad = false;
-    for (int e = 0; e < TEC_E; ++e) {
-      const i64 m = m_splits[e];
-      if (m < 0 || m > TEC_ROWS - row) {
-        splits_bad = true;
-        break;
-      }
-      if (e == expert) first = row, end = row + m;
-      row += m;
-    }
-    bad = splits_bad || row != TEC_ROWS;
-    expert_rows[0] = first, expert_rows[1] = end;
-    if (bad && blockIdx.x == 0 && blockIdx.z == 0) atomicOr((int*)args.slot[6], TEC_STATUS_BAD_SPLITS);
-  }
   const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;  // the swizzle's period
   const u32 barriers = base + TEC_SLOTS * kSlotBytes;
   auto full = [&](int s) { return barriers + 8u * (u32)s; };
@@ -228,22 +210,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
   for (int i = 0; i < 128; i += 2) {
     const i64 n = n0 + consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
     const i64 k = k0 + (i / 4) * 8 + 2 * (lane % 4);
-    const i64 out = ((i64)expert * TEC_N + n) * TEC_K + k;
-    float v0 = alpha * acc[i], v1 = alpha * acc[i + 1];
-#if TEC_OUT == 2
-    float2* d = (float2*)((float*)args.slot[5] + out);
-#if TEC_ACCUMULATE
-    const float2 c = *d;
-    v0 = c.x + v0, v1 = c.y + v1;
-#endif
-    *d = make_float2(v0, v1);
-#else
-    u32* d = (u32*)((u16*)args.slot[5] + out);
-#if TEC_ACCUMULATE
-    const u32 c = *d;
-    v0 = tec_bf16_to_float((u16)(c & 0xFFFFu)) + v0, v1 = tec_bf16_to_float((u16)(c >> 16)) + v1;
-#endif
-    *d = (u32)tec_float_to_bf16(v0) | ((u32)tec_float_to_bf16(v1) << 16);
-#endif
+    tec_wgrad_store(args, ((i64)expert * TEC_N + n) * TEC_K + k, alpha * acc[i], alpha * acc[i + 1]);
   }
 }
