@@ -77,12 +77,6 @@ __device__ __forceinline__ void tec_wgmma_fp8_step(float (&d)[128], unsigned lon
 }
 #endif
 
-
-// 16 bytes from src into dst, or zeros when !valid (cp.async's source size 0 reads nothing).
-__device__ __forceinline__ void tec_copy16_or_zero(u32 dst, const void* src, bool valid) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-
 extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecWgradArgs args) {
   extern __shared__ __align__(1024) u8 tec_shared[];
   tec_wait_for_previous_kernel();

@@ -41,6 +41,10 @@ __device__ __forceinline__ void tec_bulk_copy(u32 dst, const void* src, u32 byte
 __device__ __forceinline__ void tec_copy16(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }
+// The same, or 16 zero bytes when !valid (cp.async's source size 0 reads nothing from src).
+__device__ __forceinline__ void tec_copy16_or_zero(u32 dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
 
 // A shared-memory matrix descriptor for a K-major operand in 128-byte swizzled 8-row groups:
 // start address, leading byte offset 16 (unused by this swizzle), stride 1024 bytes between

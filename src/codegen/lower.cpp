@@ -373,6 +373,14 @@ class StepLowering {
         "TEC_POW2_SCALES=" + std::string(q.force_pow2_scales ? "1" : "0"), "TEC_AMAX_EPSILON=" + float_literal(q.amax_epsilon),
         "TEC_OVERFLOW=" + std::string(v.proto.dtype == DType::bf16 ? "3.38953139e38f" : "3.402823466e38f"),
         "TEC_ROWWISE=" + std::string(rowwise ? "1" : "0"), "TEC_COLUMNWISE=" + std::string(columnwise ? "1" : "0")};
+    if (members > 1) {  // 128x128 tiles, checked above
+      for (const auto& [present, r] : {std::pair{rowwise, BufferRole::data}, std::pair{columnwise, BufferRole::columnwise_data}})
+        if (present && packed_member_bytes(v, r) != rows / members * cols)
+          throw NotLowered{"grouped '" + v.name + "': its members' codes are not packed back to back"};
+      defines.push_back("TEC_MEMBER_SCALES=" + std::to_string(rowwise ? packed_member_bytes(v, BufferRole::scale_inv) / 4 : 0) + "LL");
+      defines.push_back("TEC_MEMBER_COLUMNWISE_SCALES=" +
+                        std::to_string(columnwise ? packed_member_bytes(v, BufferRole::columnwise_scale_inv) / 4 : 0) + "LL");
+    }
     constexpr int64_t kBlock = 128, kThreads = 256;
     auto opt = [&](bool present, BufferRole r) { return present ? buf(role(v, r)) : LaunchArg{}; };
     Launch l;
@@ -384,15 +392,6 @@ class StepLowering {
     if (q.block_rows == 128) {
       if (rowwise) memset(role(v, BufferRole::scale_inv));  // the padding, zero as the reference leaves it
       if (columnwise) memset(role(v, BufferRole::columnwise_scale_inv));
-      if (members > 1) {
-        for (const auto& [present, r] : {std::pair{rowwise, BufferRole::data}, std::pair{columnwise, BufferRole::columnwise_data}})
-          if (present && packed_member_bytes(v, r) != rows / members * cols)
-            throw NotLowered{"grouped '" + v.name + "': its members' codes are not packed back to back"};
-        defines.push_back("TEC_MEMBER_SCALES=" + std::to_string(rowwise ? packed_member_bytes(v, BufferRole::scale_inv) / 4 : 0) + "LL");
-        defines.push_back("TEC_MEMBER_COLUMNWISE_SCALES=" +
-                          std::to_string(columnwise ? packed_member_bytes(v, BufferRole::columnwise_scale_inv) / 4 : 0) + "LL");
-        l.module = modules_.add(KernelRequest{"block_quantize.cu", defines, ""});
-      }
       l.entry = "tec_block_quantize_2d";
       l.grid = {(cols + kBlock - 1) / kBlock, (rows / members + kBlock - 1) / kBlock, members};
       l.args = {buf(source), opt(rowwise, BufferRole::data), opt(rowwise, BufferRole::scale_inv), opt(columnwise, BufferRole::columnwise_data),
