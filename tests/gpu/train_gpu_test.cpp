@@ -254,10 +254,8 @@ int run_train_case(const TrainCase& c, const std::string& arch) {
   return failures;
 }
 
-}  // namespace
-
 // examples/moe_tiny.json with a bias per expert in fc1 and fc2, written to a temporary file.
-static std::string moe_tiny_with_bias() {
+std::string moe_tiny_with_bias() {
   std::ifstream in(std::string(TEC_SOURCE_DIR) + "/examples/moe_tiny.json");
   std::string model((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   for (const std::string from : {R"("out_features": "F2"})", R"("out_features": "H"})"}) {
@@ -269,6 +267,8 @@ static std::string moe_tiny_with_bias() {
   std::ofstream(path) << model;
   return path;
 }
+
+}  // namespace
 
 int train_plans_test(const std::string& arch) {
   const std::vector<RecipeKind> recipes = {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed,
@@ -282,7 +282,8 @@ int train_plans_test(const std::string& arch) {
   for (RecipeKind r : recipes) cases.push_back({"moe_tiny.json", r, {64}});  // the grouped backward: bf16, per-tensor FP8, fp8-block
   cases.push_back({"moe_tiny.json", RecipeKind::bf16, {64}, TrainOptions::Optimizer::adamw});
   // With a bias per expert in both grouped linears (its gradient: column sums over each expert's rows).
-  for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_block}) cases.push_back({moe_tiny_with_bias(), r, {64}});
+  const std::string with_bias = moe_tiny_with_bias();
+  for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_block}) cases.push_back({with_bias, r, {64}});
   if (!std::getenv("TEC_GPU_TEST_SMALL"))
     for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
       cases.push_back({"mlp.json", r, {16, 2048}});
