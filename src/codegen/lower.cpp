@@ -402,7 +402,7 @@ class StepLowering {
     if (rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, /*rowwise_only=*/true);
     memset(role(v, BufferRole::columnwise_scale_inv));
     l.entry = "tec_block_quantize_columns";
-    l.grid = {(cols + kThreads - 1) / kThreads, (rows + kBlock - 1) / kBlock, 1};
+    l.grid = {(cols + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock, 1};
     l.args = {buf(source), buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv))};
     out_.push_back(std::move(l));
   }
@@ -1853,17 +1853,21 @@ class StepLowering {
   // tec_moe_tile_weight); returns the copy's workspace.
   std::string tile_grouped_weight(const std::string& source, const std::string& name, int64_t experts, int64_t rows, int64_t cols,
                                   int64_t element_bytes, bool transpose) {
-    if (rows % 64 != 0 || cols % 64 != 0)
+    // The layout's rows come in tiles of 64 and its K (bytes) in steps of 128.
+    const int64_t k_bytes = (transpose ? rows : cols) * element_bytes;
+    if (rows % 64 != 0 || cols % 64 != 0 || k_bytes % 128 != 0)
       throw NotLowered{"grouped weight '" + name + "': its members' " + std::to_string(rows) + " x " + std::to_string(cols) +
-                       " are no multiples of 64, which the grouped GEMM's tiled layout takes"};
+                       " are no multiples of 64, or their rows of K no multiple of 128 bytes, which the grouped GEMM's tiled layout takes"};
     const std::string out =
         add_workspace(name, TensorProto::dense(Shape{experts * rows * cols * element_bytes}, DType::uint8));
     Launch l = moe_launch("tec_moe_tile_weight",
                           {"TEC_TILE_MEMBER_ROWS=" + std::to_string(rows) + "LL", "TEC_TILE_COLS=" + std::to_string(cols) + "LL",
                            "TEC_TILE_BYTES=" + std::to_string(element_bytes), "TEC_TILE_TRANSPOSE=" + std::string(transpose ? "1" : "0")},
                           {buf(source), buf(out)}, 0, 0);
-    l.grid = {cols / 32, rows / 32, experts};
-    l.block = {32, 8, 1};
+    l.grid = transpose ? std::array<int64_t, 3>{k_bytes / 128, cols / 64, experts} : std::array<int64_t, 3>{k_bytes / 128, experts * rows / 64, 1};
+    if (l.grid[1] > 65535)
+      throw NotLowered{"grouped weight '" + name + "': " + std::to_string(l.grid[1]) + " tiles of 64 rows, more than a launch's 65535"};
+    l.block = {256, 1, 1};
     out_.push_back(std::move(l));
     return out;
   }
