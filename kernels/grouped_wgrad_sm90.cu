@@ -3,8 +3,8 @@
 //   D[e] (N x K) = alpha * dY[rows of e]^T . X[rows of e]  (+ D[e] as it was, TEC_ACCUMULATE)
 // where the rows of e are the m_splits[e] rows after those of the experts before it, read from
 // device memory: one graph serves any routing. kernels/grouped_wgrad.cu does the same with
-// mma.sync (about 270 TFLOP/s on moe.json's fc1, H100) and stays for fp8-block (scales per
-// 128-row block) and the shapes this kernel does not take.
+// mma.sync (about 270 TFLOP/s on moe.json's fc1, H100) and stays for the shapes this kernel
+// does not take.
 //
 // bf16: the sum runs along the rows, and both operands are stored row-major ([ROWS, N] and
 // [ROWS, K]), so in shared memory both are MN-major: a step of 64 rows is, per 64 columns, an
@@ -22,8 +22,19 @@
 // two chunks per column per expert); the others come by cp.async, zero-filled past the
 // expert. alpha, the two scale_inv, puts the scales back.
 //
-// A block makes a 128 x 256 tile of one expert's D (grid: (N / 128) * (K / 256), 1, E): a
-// producer warpgroup copies the steps into a ring of 4 slots (each 16 KB of dY, 32 KB of X);
+// fp8-block (TEC_BLOCK_SCALES = 1: both columnwise copies in 1x128 blocks down their columns,
+// LAYOUTS.md section 3): a scale block is 128 rows of the whole tensor, so the steps start on
+// a 128-row boundary at or before the expert's first row (rows outside the expert zeroed as
+// above), and each step is one block. Its product goes into a second set of accumulators
+// (the FP8 wgmma's own sum over 128 rows), which the consumer then adds into the first times
+// dY's scale_inv for row n and X's for column k, in fp32, as TE promotes its block-scaled
+// GEMMs. Both sets take registers, so the tile is 128 x 128 (m64n128 per consumer); the
+// producer copies the step's 128 + 128 scales into the slot with the codes, and a slot is
+// released only after its scales are read, so 6 slots of 33 KB keep the copies ahead.
+//
+// A block makes a 128 x 256 tile of one expert's D (grid: (N / 128) * (K / 256), 1, E; block
+// scales: 128 x 128, (N / 128) * (K / 128)): a producer warpgroup copies the steps into a ring
+// of 4 slots (each 16 KB of dY, 32 KB of X; block scales: 6 slots);
 // a slot is full when each producer thread's cp.async copies have landed and it has arrived
 // once more after its own stores; two consumer warpgroups own 64 rows of D each and run wgmma
 // m64n256 (k16 bf16, k32 FP8; 4 per step) into fp32 registers.
@@ -32,11 +43,13 @@
 // to the rows set TEC_STATUS_BAD_SPLITS in the session's status word, and every block returns
 // before reading anything by them.
 //
-// Defines: TEC_N (% 128 == 0), TEC_K (% 256 == 0), TEC_E, TEC_ROWS (FP8: % 16 == 0),
-// TEC_OUT (0 bf16, 2 fp32), TEC_ACCUMULATE, TEC_DY_TYPE and TEC_X_TYPE (FP8; absent: bf16).
-// Slots: grouped_wgrad.cu's (0 dY [ROWS, N], FP8: its columnwise copy [N, ROWS]; 1 dY
-// scale_inv; 2 X [ROWS, K], FP8: [K, ROWS]; 3 X scale_inv; 4 m_splits; 5 D [E, N, K];
-// 6 status). Dynamic shared memory: 4 x 48 KB slots, 1 KB to align them, the mbarriers.
+// Defines: TEC_N (% 128 == 0), TEC_K (% 256 == 0; block scales: % 128), TEC_E, TEC_ROWS (FP8:
+// % 16 == 0), TEC_OUT (0 bf16, 2 fp32), TEC_ACCUMULATE, TEC_DY_TYPE and TEC_X_TYPE (FP8;
+// absent: bf16), TEC_BLOCK_SCALES. Slots: grouped_wgrad.cu's (0 dY [ROWS, N], FP8: its
+// columnwise copy [N, ROWS]; 1 dY scale_inv (block scales: [ceil(ROWS / 128), N]); 2 X
+// [ROWS, K], FP8: [K, ROWS]; 3 X scale_inv (block scales: [ceil(ROWS / 128), K]); 4 m_splits;
+// 5 D [E, N, K]; 6 status). Dynamic shared memory: TEC_SLOTS x kSlotBytes, 1 KB to align
+// them, the mbarriers.
 #include "grouped_wgrad.cuh"
 #include "hopper.cuh"
 
@@ -45,35 +58,48 @@
 #define TEC_X_TYPE 0
 #endif
 #define TEC_FP8 (TEC_DY_TYPE != 0)
-#if (TEC_X_TYPE != 0) != TEC_FP8 || (TEC_FP8 && TEC_ROWS % 16 != 0)
-#error "dY and X: both bf16 or both FP8, and FP8 needs TEC_ROWS % 16 == 0"
+#ifndef TEC_BLOCK_SCALES
+#define TEC_BLOCK_SCALES 0
+#endif
+#if (TEC_X_TYPE != 0) != TEC_FP8 || (TEC_FP8 && TEC_ROWS % 16 != 0) || (TEC_BLOCK_SCALES && !TEC_FP8)
+#error "dY and X: both bf16 or both FP8 (block scales: FP8), and FP8 needs TEC_ROWS % 16 == 0"
 #endif
 
-#define TEC_SLOTS 4
+#define TEC_SLOTS (TEC_BLOCK_SCALES ? 6 : 4)
 #define TEC_STEP_ROWS (TEC_FP8 ? 128 : 64)  // 128 bytes of every column (FP8), or of every row (bf16)
 
-constexpr int kTileN = 128, kTileK = 256;
+constexpr int kTileN = 128, kTileK = TEC_BLOCK_SCALES ? 128 : 256;
 constexpr u32 kDyBytes = kTileN * 128;                // 16 KB
-constexpr u32 kSlotBytes = kDyBytes + kTileK * 128;  // + 32 KB of X
+constexpr u32 kXBytes = kTileK * 128;                 // 32 KB (block scales: 16 KB)
+constexpr u32 kScaleBytes = TEC_BLOCK_SCALES ? 1024 : 0;  // the step's scale_inv: dY's for the tile's 128 n, X's for its 128 k
+constexpr u32 kSlotBytes = kDyBytes + kXBytes + kScaleBytes;  // a multiple of 1 KB, the swizzle's period
 constexpr u32 kAtomBytes = 64 * 128;                 // bf16: 64 columns by the step's 64 rows; FP8: 64 columns' 128 rows
 constexpr int kColumnTiles = (int)(TEC_K / kTileK);
+constexpr int kAccumulators = kTileK / 2;            // per consumer thread: 64 rows of D by kTileK columns over 128 threads
 
 #if TEC_FP8
+#if TEC_DY_TYPE == 4 && TEC_X_TYPE == 4
+#define TEC_WGMMA_FP8_TYPES "e5m2.e5m2"
+#elif TEC_DY_TYPE == 4
+#define TEC_WGMMA_FP8_TYPES "e5m2.e4m3"
+#elif TEC_X_TYPE == 4
+#define TEC_WGMMA_FP8_TYPES "e4m3.e5m2"
+#else
+#define TEC_WGMMA_FP8_TYPES "e4m3.e4m3"
+#endif
 // d (64 x 256, fp32) += A (64 x 32) . B (32 x 256), both K-major FP8 from shared memory.
 __device__ __forceinline__ void tec_wgmma_fp8_step(float (&d)[128], unsigned long long a, unsigned long long b) {
   asm volatile("{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
-#if TEC_DY_TYPE == 4 && TEC_X_TYPE == 4
-               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e5m2 {"
-#elif TEC_DY_TYPE == 4
-               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e5m2.e4m3 {"
-#elif TEC_X_TYPE == 4
-               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e5m2 {"
-#else
-               "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 {"
-#endif
-               TEC_WGMMA_D128_REGISTERS "}, %128, %129, p, 1, 1; }"
+               "wgmma.mma_async.sync.aligned.m64n256k32.f32." TEC_WGMMA_FP8_TYPES " {" TEC_WGMMA_D128_REGISTERS "}, %128, %129, p, 1, 1; }"
                : TEC_WGMMA_D128_OPERANDS(d)
                : "l"(a), "l"(b), "r"(1));
+}
+// d (64 x 128, fp32) = A (64 x 32) . B (32 x 128) (+ d when `accumulate`).
+__device__ __forceinline__ void tec_wgmma_fp8_step(float (&d)[64], unsigned long long a, unsigned long long b, int accumulate) {
+  asm volatile("{ .reg .pred p; setp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k32.f32." TEC_WGMMA_FP8_TYPES " {" TEC_WGMMA_D64_REGISTERS "}, %64, %65, p, 1, 1; }"
+               : TEC_WGMMA_D64_OPERANDS(d)
+               : "l"(a), "l"(b), "r"(accumulate));
 }
 #endif
 
@@ -98,7 +124,8 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
   __syncthreads();
   if (bad) return;
   const i64 first = expert_rows[0], end = expert_rows[1];
-  const i64 step0 = TEC_FP8 ? first / 16 * 16 : first;  // FP8: from a 16-byte boundary
+  // FP8: from a 16-byte boundary; block scales: from the boundary of a scale block.
+  const i64 step0 = TEC_BLOCK_SCALES ? first / 128 * 128 : TEC_FP8 ? first / 16 * 16 : first;
   const int steps = end > first ? (int)((end - step0 + TEC_STEP_ROWS - 1) / TEC_STEP_ROWS) : 0;
   const i64 n0 = (i64)(blockIdx.x / kColumnTiles) * kTileN, k0 = (i64)(blockIdx.x % kColumnTiles) * kTileK;
   const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
@@ -136,7 +163,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
 #pragma unroll
       for (int i = 0; i < 8; ++i) copy(slot, dy, n0, i * 128 + tid);
 #pragma unroll
-      for (int i = 0; i < 16; ++i) copy(slot + kDyBytes, x, k0, i * 128 + tid);
+      for (int i = 0; i < kTileK / 16; ++i) copy(slot + kDyBytes, x, k0, i * 128 + tid);
+#if TEC_BLOCK_SCALES
+      if (tid < 64) {  // the step's scale block row0 / 128: 32 chunks of dY's scales, then 32 of X's
+        const i64 block = row0 / 128;
+        const float* scales = tid < 32 ? (const float*)args.slot[1] + block * TEC_N + n0 + 4 * tid
+                                       : (const float*)args.slot[3] + block * TEC_K + k0 + 4 * (tid - 32);
+        tec_copy16_or_zero(slot + kDyBytes + kXBytes + 16u * (u32)tid, scales, true);
+      }
+#endif
 #else
       // Chunk id: row (id / chunks per row), the chunk's 64-column atom and its 16 bytes in it.
       auto copy = [&](u32 region, const u8* source, i64 row_bytes, i64 column0, int id, int chunks_per_row) {
@@ -161,15 +196,43 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 216;");  // (168 x 384 - 72 x 128) / 256: what the block launched with
   const int consumer = warpgroup - 1;
-  float acc[128];
+  const int warp = tid / 32, lane = tid % 32;
+  float acc[kAccumulators];
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.0f;
+  for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+#if TEC_BLOCK_SCALES
+  float part[kAccumulators];  // one scale block's sum
+#endif
   for (int g = 0; g < steps; ++g) {
     const int s = g % TEC_SLOTS;
     tec_barrier_wait(full(s), (u32)((g / TEC_SLOTS) & 1));
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // cp.async wrote (generic proxy), wgmma reads (async)
     const u32 slot = base + (u32)s * kSlotBytes;
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#if TEC_BLOCK_SCALES
+    const unsigned long long a = tec_sw128_descriptor(slot + (u32)consumer * 8192u), b = tec_sw128_descriptor(slot + kDyBytes);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) tec_wgmma_fp8_step(part, a + 2 * k, b + 2 * k, k > 0);
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#pragma unroll
+    for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
+    // acc += part times the scales of its row (dY's, for n) and column (X's, for k); the
+    // accumulator layout is the epilogue's.
+    const float* dy_scale = (const float*)(tec_shared + (slot + kDyBytes + kXBytes - tec_shared_address(tec_shared)));
+    const float* x_scale = dy_scale + 128;
+    const float s_low = dy_scale[consumer * 64 + warp * 16 + lane / 4], s_high = dy_scale[consumer * 64 + warp * 16 + lane / 4 + 8];
+#pragma unroll
+    for (int i = 0; i < kAccumulators; i += 4) {
+      const float2 column_scale = *(const float2*)&x_scale[(i / 4) * 8 + 2 * (lane % 4)];
+      acc[i] = fmaf(part[i], s_low * column_scale.x, acc[i]);
+      acc[i + 1] = fmaf(part[i + 1], s_low * column_scale.y, acc[i + 1]);
+      acc[i + 2] = fmaf(part[i + 2], s_high * column_scale.x, acc[i + 2]);
+      acc[i + 3] = fmaf(part[i + 3], s_high * column_scale.y, acc[i + 3]);
+    }
+    tec_barrier_arrive(empty(s));  // its codes read by the finished wgmma, its scales above
+  }
+#else
 #if TEC_FP8
     const unsigned long long a = tec_sw128_descriptor(slot + (u32)consumer * 8192u), b = tec_sw128_descriptor(slot + kDyBytes);
 #pragma unroll
@@ -189,19 +252,19 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
   }
   asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
+  for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
+#endif
   tec_allow_next_kernel();
 
   // The accumulator layout: warp w holds rows 16w + lane / 4 (+ 8), and in each 8-column group
   // j the columns 8j + 2 (lane % 4) and + 1.
-  const int warp = tid / 32, lane = tid % 32;
-#if TEC_FP8
+#if TEC_FP8 && !TEC_BLOCK_SCALES
   const float alpha = *(const float*)args.slot[1] * *(const float*)args.slot[3];
 #else
   const float alpha = 1.0f;
 #endif
 #pragma unroll
-  for (int i = 0; i < 128; i += 2) {
+  for (int i = 0; i < kAccumulators; i += 2) {
     const i64 n = n0 + consumer * 64 + warp * 16 + lane / 4 + ((i & 2) ? 8 : 0);
     const i64 k = k0 + (i / 4) * 8 + 2 * (lane % 4);
     tec_wgrad_store(args, ((i64)expert * TEC_N + n) * TEC_K + k, alpha * acc[i], alpha * acc[i + 1]);

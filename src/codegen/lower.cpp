@@ -1542,8 +1542,8 @@ class StepLowering {
   // columnwise, [dy]. dgrad dx = dy W[e] is the forward's grouped GEMM over W's members
   // transposed (bf16: W transposed while tiled; FP8: the columnwise copy tiled), wgrad
   // dW[e] = dy^T x is kernels/grouped_wgrad_sm90.cu (wgmma: bf16 rows, or both FP8 columnwise
-  // copies) or kernels/grouped_wgrad.cu (mma.sync: fp8-block, other shapes). db[e] is the
-  // column sums of each expert's rows of dy.
+  // copies) or kernels/grouped_wgrad.cu (mma.sync: other shapes). db[e] is the column sums of
+  // each expert's rows of dy.
   void lower_grouped_backward(const Node& n) {
     const Value& x = input(n, 0);
     const Value& splits = input(n, 1);
@@ -1631,13 +1631,14 @@ class StepLowering {
       // MN-major, per-tensor FP8 over both columnwise copies (K-major; rows % 16 == 0, so each
       // column's rows start on 16 bytes). Standalone A/B on an H100, moe.json's fc1 at
       // T = 8192 (16384 rows): bf16 14.1 -> 9.0 ms (273 -> 427 TFLOP/s), FP8 17.9 -> 8.9 ms.
-      // fp8-block (scales per 128-row block) and other shapes keep mma.sync.
-      const bool wgmma = k % 256 == 0 && !block && (!fp8 || (rows % 16 == 0 && dy_cols.proto.usage.columnwise));
+      // fp8-block takes 128 x 128 tiles (each scale block's sum in registers of its own), so
+      // K % 128 == 0 will do. Other shapes keep mma.sync.
+      const bool wgmma = block ? rows % 16 == 0 : k % 256 == 0 && (!fp8 || (rows % 16 == 0 && dy_cols.proto.usage.columnwise));
       std::vector<std::string> defines = {"TEC_N=" + std::to_string(n_out) + "LL", "TEC_K=" + std::to_string(k) + "LL", "TEC_E=" + std::to_string(experts),
                                           "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"),
                                           "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0")};
       if (fp8 || !wgmma) defines.insert(defines.end(), {"TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type)});
-      if (!wgmma) defines.push_back("TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0"));
+      if (!wgmma || block) defines.push_back("TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0"));
       KernelRequest request{wgmma ? "grouped_wgrad_sm90.cu" : "grouped_wgrad.cu", std::move(defines), ""};
       request.arch_specific = wgmma;
       Launch l;
@@ -1646,9 +1647,12 @@ class StepLowering {
       l.module = modules_.add(request);
       if (wgmma) {
         l.entry = "tec_grouped_wgrad_sm90";
-        l.grid = {(n_out / 128) * (k / 256), 1, experts};
-        l.block = {384, 1, 1};  // a producer warpgroup and two consumers
-        l.shared_bytes = 4 * 49152 + 1024 + 16 * 4;  // 4 slots of 64 rows of dY (128 columns) and X (256), 1 KB to align them, the mbarriers
+        // A producer warpgroup and two consumers. Shared memory: the slots (4 x (16 KB of dY, 32 KB
+        // of X); block scales 6 x (16 KB, 16 KB, 1 KB of scales)), 1 KB to align them, the mbarriers.
+        const int64_t tile_k = block ? 128 : 256, slots = block ? 6 : 4, slot_bytes = block ? 33 * 1024 : 48 * 1024;
+        l.grid = {(n_out / 128) * (k / tile_k), 1, experts};
+        l.block = {384, 1, 1};
+        l.shared_bytes = slots * slot_bytes + 1024 + 16 * slots;
       } else {
         l.entry = "tec_grouped_wgrad";
         l.grid = {k / 128, n_out / 128, experts};
@@ -1663,7 +1667,8 @@ class StepLowering {
                 status_bit(TEC_STATUS_BAD_SPLITS)};
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (" +
-                              std::string(wgmma && fp8 ? "wgmma over both columnwise copies, FP8 accumulation as the forward's"
+                              std::string(wgmma && block ? "wgmma over both columnwise copies, each 128-row scale block summed apart and added in fp32"
+                                          : wgmma && fp8 ? "wgmma over both columnwise copies, FP8 accumulation as the forward's"
                                           : wgmma ? "wgmma, both operands MN-major"
                                           : block ? "mma.sync, FP8 widened to fp16, each 128-row scale block summed apart"
                                           : fp8   ? "mma.sync, FP8 widened to fp16"
