@@ -31,6 +31,7 @@ of the same FLOPs: tec's fc1(+act) + fc2 step times (te-run --profile) against t
 torch._scaled_mm of [T k, 4096] x [4096, 28672] and [T k, 14336] x [14336, 4096].
 
   bench/moe_bench.py --out DIR [--build .carry/gpu] [--tokens 256,2048,8192] [--part tec,router,peers,dense,train,train-peers]
+                     [--routings uniform,skewed]
   bench/moe_bench.py --out DIR --report        # the table again, from DIR's JSON
 """
 import argparse, json, math, subprocess, sys, time
@@ -241,7 +242,7 @@ def run_peers(out, tokens, names):
                 (out / "moe-peers.json").write_text(json.dumps(results, indent=1))
 
 
-def run_train_peers(out, tokens):
+def run_train_peers(out, tokens, routings):
     """The PyTorch training steps: forward, then backward from a random dy."""
     w = Weights()
     for v in (w.gamma, w.w1, w.w2):
@@ -256,7 +257,7 @@ def run_train_peers(out, tokens):
         x = torch.randn(t, H, device="cuda").bfloat16().requires_grad_()
         dy = torch.randn(t, H, device="cuda").bfloat16()
         capacity = (math.ceil(1.25 * t * K / E) + 15) // 16 * 16
-        for skewed in (False, True):
+        for skewed in [r == "skewed" for r in routings]:
             idx, wts = routing(t, skewed)
             idx, wts = idx.cuda(), wts.cuda().requires_grad_()
             peers = {
@@ -273,15 +274,21 @@ def run_train_peers(out, tokens):
                 (out / "moe-train-peers.json").write_text(json.dumps(results, indent=1))
 
 
-def run_tec_train(out, tokens, build, recipes):
+def run_tec_train(out, tokens, build, recipes, routings):
     import numpy as np
     write_graphs(out, tokens)
     results = []
+    # The plans compile side by side (each about a minute: 5.6 GB of fp32 masters to write).
+    plans = {recipe: out / f"moe.{recipe}.train.teplan" for recipe in recipes}
+    compiles = {recipe: subprocess.Popen([str(build / "te-compile"), str(out / "moe_routed.json"), "-o", str(plan), "--recipe", recipe,
+                                          "--mode", "train", "-q"]) for recipe, plan in plans.items()}
+    for recipe, process in compiles.items():
+        if process.wait() != 0:
+            sys.exit(f"moe_bench.py: te-compile of the {recipe} train plan failed with exit code {process.returncode} (its message is above)")
     for recipe in recipes:
-        plan = out / f"moe.{recipe}.train.teplan"
-        run_tool([build / "te-compile", out / "moe_routed.json", "-o", plan, "--recipe", recipe, "--mode", "train", "-q"])
+        plan = plans[recipe]
         for t in tokens:
-            for label, skewed in (("uniform", False), ("skewed", True)):
+            for label, skewed in [(r, r == "skewed") for r in routings]:
                 idx, wts = routing(t, skewed)
                 np.save(out / "experts.npy", idx.numpy())
                 np.save(out / "weights.npy", wts.numpy())
@@ -450,6 +457,7 @@ def main():
     ap.add_argument("--recipes", default="bf16,fp8-current",
                     help="comma-separated tec recipes; fp8-block+bf16-copy compiles with --no-grouped-block-scales")
     ap.add_argument("--peers", default="loop bf16,loop fp8,compile bf16,padded bf16,padded bf16 +graph")
+    ap.add_argument("--routings", default="uniform,skewed", help="training parts: comma-separated, of uniform and skewed")
     ap.add_argument("--report", action="store_true", help="print the table from --out's JSON and exit")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
@@ -460,6 +468,9 @@ def main():
     tokens = [int(t) for t in a.tokens.split(",")]
     parts = a.part.split(",")
     recipes = a.recipes.split(",")
+    routings = a.routings.split(",")
+    if not routings or any(r not in ("uniform", "skewed") for r in routings):
+        sys.exit(f"moe_bench.py: --routings takes uniform and skewed, got '{a.routings}'")
     if "tec" in parts:
         run_tec(a.out, tokens, a.build, recipes, router=False)
     if "router" in parts:
@@ -469,9 +480,9 @@ def main():
     if "peers" in parts:
         run_peers(a.out, tokens, a.peers.split(","))
     if "train" in parts:
-        run_tec_train(a.out, tokens, a.build, [r for r in recipes if "+" not in r])
+        run_tec_train(a.out, tokens, a.build, [r for r in recipes if "+" not in r], routings)
     if "train-peers" in parts:
-        run_train_peers(a.out, tokens)
+        run_train_peers(a.out, tokens, routings)
     report(a.out)
 
 
