@@ -89,5 +89,7 @@ expect("GPU-only options are refused on the CPU backend" 2 "are GPU options" ${T
 file(WRITE ${WORK_DIR}/empty.teplan "")
 expect("an empty plan file is rejected" 3 "not a tec plan" ${TE_RUN} ${WORK_DIR}/empty.teplan --backend cpu)
 expect("a missing plan file is an I/O error" 6 "cannot open plan file" ${TE_RUN} ${WORK_DIR}/nope.teplan --backend cpu)
+file(MAKE_DIRECTORY ${WORK_DIR}/a_folder.teplan)
+expect("a folder given as the plan is an I/O error" 6 "this path is a directory" ${TE_RUN} ${WORK_DIR}/a_folder.teplan --backend cpu)
 file(WRITE ${WORK_DIR}/bad.json "{\"inputs\": [{\"name\": \"x\", \"shape\": [4, 8]}], \"ops\": [{\"name\": \"a\", \"op\": \"nope\", \"inputs\": [\"x\"]}], \"outputs\": [\"a\"]}")
 expect("invalid model exits 3 and names the pointer" 3 "bad.json /ops/0/op: unknown op 'nope'" ${TE_COMPILE} ${WORK_DIR}/bad.json)
