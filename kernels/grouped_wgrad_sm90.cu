@@ -48,9 +48,10 @@
 // absent: bf16), TEC_BLOCK_SCALES. Slots: grouped_wgrad.cu's (0 dY [ROWS, N], FP8: its
 // columnwise copy [N, ROWS]; 1 dY scale_inv (block scales: [ceil(ROWS / 128), N]); 2 X
 // [ROWS, K], FP8: [K, ROWS]; 3 X scale_inv (block scales: [ceil(ROWS / 128), K]); 4 m_splits;
-// 5 D [E, N, K]; 6 status). Dynamic shared memory: TEC_SLOTS x kSlotBytes, 1 KB to align
-// them, the mbarriers.
+// 5 D [E, N, K]; 6 status). Dynamic shared memory: TEC_WGRAD_SM90_SHARED_BYTES
+// (grouped_wgrad_sm90_layout.h).
 #include "grouped_wgrad.cuh"
+#include "grouped_wgrad_sm90_layout.h"
 #include "hopper.cuh"
 
 #ifndef TEC_DY_TYPE
@@ -65,14 +66,13 @@
 #error "dY and X: both bf16 or both FP8 (block scales: FP8), and FP8 needs TEC_ROWS % 16 == 0"
 #endif
 
-#define TEC_SLOTS (TEC_BLOCK_SCALES ? 6 : 4)
+#define TEC_SLOTS TEC_WGRAD_SM90_SLOTS(TEC_BLOCK_SCALES)
 #define TEC_STEP_ROWS (TEC_FP8 ? 128 : 64)  // 128 bytes of every column (FP8), or of every row (bf16)
 
-constexpr int kTileN = 128, kTileK = TEC_BLOCK_SCALES ? 128 : 256;
+constexpr int kTileN = TEC_WGRAD_SM90_TILE_N, kTileK = TEC_WGRAD_SM90_TILE_K(TEC_BLOCK_SCALES);
 constexpr u32 kDyBytes = kTileN * 128;                // 16 KB
-constexpr u32 kXBytes = kTileK * 128;                 // 32 KB (block scales: 16 KB)
-constexpr u32 kScaleBytes = TEC_BLOCK_SCALES ? 1024 : 0;  // the step's scale_inv: dY's for the tile's 128 n, X's for its 128 k
-constexpr u32 kSlotBytes = kDyBytes + kXBytes + kScaleBytes;  // a multiple of 1 KB, the swizzle's period
+constexpr u32 kXBytes = kTileK * 128;                 // 32 KB (block scales: 16 KB), then the step's scales
+constexpr u32 kSlotBytes = TEC_WGRAD_SM90_SLOT_BYTES(TEC_BLOCK_SCALES);
 constexpr u32 kAtomBytes = 64 * 128;                 // bf16: 64 columns by the step's 64 rows; FP8: 64 columns' 128 rows
 constexpr int kColumnTiles = (int)(TEC_K / kTileK);
 constexpr int kAccumulators = kTileK / 2;            // per consumer thread: 64 rows of D by kTileK columns over 128 threads

@@ -8,6 +8,7 @@
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
 #include "ir/grouped_tensor.h"
+#include "grouped_wgrad_sm90_layout.h"
 #include "mid_m_layout.h"
 #include "status.h"
 #include "ops/common.h"
@@ -1637,8 +1638,9 @@ class StepLowering {
       std::vector<std::string> defines = {"TEC_N=" + std::to_string(n_out) + "LL", "TEC_K=" + std::to_string(k) + "LL", "TEC_E=" + std::to_string(experts),
                                           "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_OUT=" + std::string(d.proto.dtype == DType::fp32 ? "2" : "0"),
                                           "TEC_ACCUMULATE=" + std::string(main_grad ? "1" : "0")};
-      if (fp8 || !wgmma) defines.insert(defines.end(), {"TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type)});
-      if (!wgmma || block) defines.push_back("TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0"));
+      if (fp8 || !wgmma)
+        defines.insert(defines.end(), {"TEC_DY_TYPE=" + std::to_string(dy_type), "TEC_X_TYPE=" + std::to_string(x_type),
+                                       "TEC_BLOCK_SCALES=" + std::string(block ? "1" : "0")});
       KernelRequest request{wgmma ? "grouped_wgrad_sm90.cu" : "grouped_wgrad.cu", std::move(defines), ""};
       request.arch_specific = wgmma;
       Launch l;
@@ -1647,12 +1649,9 @@ class StepLowering {
       l.module = modules_.add(request);
       if (wgmma) {
         l.entry = "tec_grouped_wgrad_sm90";
-        // A producer warpgroup and two consumers. Shared memory: the slots (4 x (16 KB of dY, 32 KB
-        // of X); block scales 6 x (16 KB, 16 KB, 1 KB of scales)), 1 KB to align them, the mbarriers.
-        const int64_t tile_k = block ? 128 : 256, slots = block ? 6 : 4, slot_bytes = block ? 33 * 1024 : 48 * 1024;
-        l.grid = {(n_out / 128) * (k / tile_k), 1, experts};
-        l.block = {384, 1, 1};
-        l.shared_bytes = slots * slot_bytes + 1024 + 16 * slots;
+        l.grid = {(n_out / TEC_WGRAD_SM90_TILE_N) * (k / TEC_WGRAD_SM90_TILE_K(block)), 1, experts};
+        l.block = {384, 1, 1};  // a producer warpgroup and two consumers
+        l.shared_bytes = TEC_WGRAD_SM90_SHARED_BYTES(block);
       } else {
         l.entry = "tec_grouped_wgrad";
         l.grid = {k / 128, n_out / 128, experts};
