@@ -18,7 +18,8 @@
 //
 // A block is gemm_mid_m.cu's pipeline with 128 rows: warpgroup 0 produces, copying per
 // 128-byte step of K the block's TEC_TILE_N rows of W (a TMA bulk copy per 64 rows: W is in the
-// mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all experts)
+// mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all experts;
+// or, TEC_W_ROW_MAJOR, by cp.async from row-major W as X)
 // and its 128 rows of X by cp.async in the same 128-byte swizzle, into a ring of TEC_SLOTS
 // slots; warpgroups 1 and 2 each own 64 rows and run wgmma m64nTEC_TILE_N (k32 for FP8, k16 for
 // bf16) from shared memory into fp32 registers (setmaxnreg moves registers from the producer
@@ -47,7 +48,7 @@
 // Defines: TEC_N (% TEC_TILE_N == 0), TEC_TILE_N (128 or 256), TEC_K (elements; K bytes % 128 == 0), TEC_E, TEC_ROWS (all
 // experts' rows), TEC_BF16 (1: bf16 operands; 0: FP8 E4M3 with per-expert W scale_inv and one X
 // scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32), TEC_GATED, TEC_ACT,
-// TEC_AMAX, TEC_X_E5M2 (FP8 X in E5M2), TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
+// TEC_AMAX, TEC_X_E5M2 (FP8 X in E5M2), TEC_W_ROW_MAJOR, TEC_W_TRANSPOSED, TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
 // roundup(K / 128, 4) and TEC_W_SCALE_MEMBER, floats from one expert's W scales to the next's).
 // Slots: 0 W, 1 W scale_inv ([E], or block scales), 2 X, 3 X scale_inv, 4 bias [E, N],
 // 5 m_splits, 6 D, 7 status, 8 amax. Dynamic shared
@@ -64,6 +65,23 @@
 #endif
 #ifndef TEC_BLOCK_SCALES
 #define TEC_BLOCK_SCALES 0
+#endif
+// TEC_W_ROW_MAJOR = 1: W is row-major [E * N, K] (a train plan's weight, made every run),
+// copied 16 bytes a thread by cp.async as X is, rather than by bulk copies from mid_m_tiles:
+// so the weight needs no tiled copy of its own every run.
+#ifndef TEC_W_ROW_MAJOR
+#define TEC_W_ROW_MAJOR 0
+#endif
+// TEC_W_TRANSPOSED = 1 (bf16, with TEC_W_ROW_MAJOR): W is stored as its transpose, row-major
+// [E * K, N] (the dgrad's W^T is a train plan's weight as made, [E, N_forward, K_forward]):
+// a step's 64 rows of K come in as MN-major atoms (per 64 columns of the tile, 64 rows x 128
+// bytes in the 128-byte swizzle), which wgmma reads transposed, as kernels/grouped_wgrad_sm90.cu
+// reads its operands. FP8 wgmma takes K-major operands only: FP8 has its columnwise copy.
+#ifndef TEC_W_TRANSPOSED
+#define TEC_W_TRANSPOSED 0
+#endif
+#if TEC_W_TRANSPOSED && !(TEC_BF16 && TEC_W_ROW_MAJOR && !TEC_GATED)
+#error "a transposed W: bf16, read row-major, no gated epilogue"
 #endif
 // FP8 X in E5M2 (a gradient: the dgrad multiplies dY by W^T) rather than E4M3.
 #if TEC_X_E5M2
@@ -119,9 +137,19 @@ constexpr int kOutTileColumns = TEC_GATED ? 128 : TEC_TILE_N;     // D's columns
 constexpr int kColumnTiles = (int)(kOutColumns / kOutTileColumns);
 constexpr int kAccumulators = TEC_TILE_N / 2;
 
+// Where row `row` of a slot's operand starts: 8-row groups of 1 KB, 128 bytes a row (its
+// 16-byte chunk c then lies at chunk c ^ (row % 8): the 128-byte swizzle wgmma reads).
+__device__ __forceinline__ int tec_swizzled_row_offset(int row) { return (row / 8) * 1024 + (row % 8) * 128; }
+
 struct TecGroupedArgs {
   unsigned long long slot[9];
 };
+
+#if TEC_W_TRANSPOSED
+#define TEC_W_TRANS_B "1"
+#else
+#define TEC_W_TRANS_B "0"
+#endif
 
 // d = A (64 rows of X) . B (TEC_TILE_N rows of W)^T over 32 bytes of K, + d when `accumulate`;
 // TEC_TILE_N / 2 fp32 accumulators per thread.
@@ -130,7 +158,7 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[128], unsigned long lo
   asm volatile(
       "{ .reg .pred p; setp.ne.b32 p, %130, 0;\n"
 #if TEC_BF16
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TEC_WGMMA_D128_REGISTERS "}, %128, %129, p, 1, 1, 0, 0; }"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" TEC_WGMMA_D128_REGISTERS "}, %128, %129, p, 1, 1, 0, " TEC_W_TRANS_B "; }"
 #else
       "wgmma.mma_async.sync.aligned.m64n256k32.f32." TEC_X_FP8 ".e4m3 {" TEC_WGMMA_D128_REGISTERS "}, %128, %129, p, 1, 1; }"
 #endif
@@ -148,7 +176,7 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long lon
 #endif
       TEC_WGMMA_D64_REGISTERS
 #if TEC_BF16
-      "}, %64, %65, p, 1, 1, 0, 0; }"
+      "}, %64, %65, p, 1, 1, 0, " TEC_W_TRANS_B "; }"
 #else
       "}, %64, %65, p, 1, 1; }"
 #endif
@@ -219,7 +247,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < TEC_SLOTS; ++s) {
-      tec_barrier_init(full(s), 128 + 1);  // each producer thread's X, + the W bytes
+      tec_barrier_init(full(s), TEC_W_ROW_MAJOR ? 128 : 128 + 1);  // each producer thread's copies, + the W bytes
       tec_barrier_init(empty(s), 256);     // every consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -248,11 +276,47 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       return expert_row + tile.n0 + part * 64;
     };
     i64 t = blockIdx.x;
+#if TEC_W_TRANSPOSED
+    // A step's row of K holds kWChunks 16-byte chunks of the tile; copy i of a thread is row
+    // kWRowsPerCopy i + tid / kWChunks of the step's 64, chunk tid % kWChunks (atom
+    // (tid % kWChunks) / 8, its chunk tid % 8 there).
+    constexpr i64 kWRowBytes = TEC_N * 2;
+    constexpr int kWChunks = TEC_TILE_N / 8, kWRowsPerCopy = 128 / kWChunks;
+    const u32 w_thread_atom = (u32)((tid % kWChunks) / 8 * 8192);
+#elif TEC_W_ROW_MAJOR
+    const u32 w_thread_slot = (u32)(tec_swizzled_row_offset(tid / 8) + (((tid % 8) ^ (tid / 8 % 8)) * 16));
+#endif
     for (int ring = 0;; ring += kSteps) {
+#if TEC_W_TRANSPOSED
+      const u8* w_thread = w + ((i64)tile.expert * TEC_K + tid / kWChunks) * kWRowBytes + tile.n0 * 2 + (tid % kWChunks) * 16;
+#elif TEC_W_ROW_MAJOR
+      const u8* w_thread = w + (w_row(0) + tid / 8) * TEC_K_BYTES + (tid % 8) * 16;
+#endif
       for (int step = 0; step < kSteps; ++step) {
         const int g = ring + step, s = g % TEC_SLOTS;
         if (g >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((g / TEC_SLOTS - 1) & 1));
         const u32 slot = base + (u32)(s * kSlotBytes);
+#if TEC_W_TRANSPOSED
+        const u8* w_step = w_thread + (i64)step * 64 * kWRowBytes;
+#pragma unroll
+        for (int i = 0; i < TEC_TILE_N / 16; ++i) {
+          const int row = kWRowsPerCopy * i + tid / kWChunks;
+          tec_copy16(slot + w_thread_atom + (u32)(tec_swizzled_row_offset(row) + (((tid % 8) ^ (row % 8)) * 16)),
+                     w_step + (i64)(kWRowsPerCopy * i) * kWRowBytes);
+        }
+#elif TEC_W_ROW_MAJOR
+        // W's TEC_TILE_N rows of this step into the slot's swizzled image, as X's below: copy i
+        // of a thread is row 16 i + tid / 8 of the tile (gated: from the 128th on, the up rows
+        // N / 2 - 128 rows further on), chunk tid % 8: the thread's base and a constant per i.
+        // Each copy's address made from its row through w_row() spilled 192 bytes at the
+        // producer's 80 registers.
+        const u8* w_step = w_thread + (i64)step * kStepBytes;
+#pragma unroll
+        for (int i = 0; i < TEC_TILE_N / 16; ++i) {
+          const i64 row_offset = 16 * i + (TEC_GATED && 16 * i >= 128 ? TEC_N / 2 - 128 : 0);
+          tec_copy16(slot + (u32)(i * 2048) + w_thread_slot, w_step + row_offset * TEC_K_BYTES);
+        }
+#else
         if (tid == 0) {
           tec_barrier_arrive_expect_bytes(full(s), kWSlotBytes);
           // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
@@ -260,11 +324,12 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
           for (int part = 0; part < TEC_TILE_N / 64; ++part)
             tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
         }
+#endif
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
           const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
           const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
-          const u32 dst = slot + kWSlotBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((chunk ^ (row % 8)) * 16));
+          const u32 dst = slot + kWSlotBytes + (u32)(tec_swizzled_row_offset(row) + ((chunk ^ (row % 8)) * 16));
           tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
         }
         // The slot's barrier counts this thread's arrival when its copies above have landed.
@@ -292,7 +357,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     const unsigned long long b = tec_sw128_descriptor(slot);
     asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #pragma unroll
-    for (int k = 0; k < 4; ++k) tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
+    for (int k = 0; k < 4; ++k)
+#if TEC_W_TRANSPOSED
+      // 16 rows of K = two 8-row groups, 2 KB on in every atom.
+      tec_wgmma_step(d, a + 2 * k, tec_sw128_mn_descriptor(slot + (u32)k * 2048u, 8192u), !fresh || k > 0);
+#else
+      tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
+#endif
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
   };
   // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and

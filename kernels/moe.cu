@@ -25,25 +25,11 @@
 //     none), for the row kernel that scatters d(out) back to expert order (row.cu producer 22).
 //     Slots: 0 row_map, 1 the inverse, 2 status.
 //
-// tec_moe_tile_weight: a grouped weight [E, R, C] (elements of TEC_TILE_BYTES) copied into the
-// grouped GEMM's W layout (kernels/mid_m_layout.h, over [E * R, C] rows), or with
-// TEC_TILE_TRANSPOSE each member transposed ([E * C, R] rows: the dgrad's W^T). A train plan's
-// weights change every step, so this runs every run. A block of 256 threads writes one 8 KB
-// piece of the layout (64 rows, one 128-byte step of K), 16 bytes a thread: straight from W's
-// rows, or, transposed, from the 128-byte slab of W it covers, staged in shared memory,
-// turned into the piece's image in shared memory and written out whole. (Moving single
-// elements, the first version took 2.6 ms for moe.json's FP8 fc1 weight on an H100, 4.7x the
-// bytes' floor.) Grid: (K bytes / 128, rows / 64, 1), or (R bytes / 128, C / 64, E) transposed.
-// Defines: TEC_TILE_MEMBER_ROWS (R), TEC_TILE_COLS (C), TEC_TILE_BYTES (1 or 2),
-// TEC_TILE_TRANSPOSE. Slots: 0 W, 1 the tiled copy.
 // Defines: TEC_H, TEC_E (experts), TEC_K (top k), TEC_SLOTS (T * k), TEC_SCORE (TEC_SCORE_*),
 // TEC_NORMALIZE, TEC_OUT_DTYPE, TEC_ROUTER_TOKENS and TEC_DW_DTYPE (the router's weight gradient), TEC_COLS
 // and TEC_Y_ROWS (unpermute), TEC_INVERT_SLOTS and TEC_Y_ROWS (the inverse row map).
 #include "common.cuh"
 #include "tec_math.h"
-#ifdef TEC_TILE_MEMBER_ROWS
-#include "mid_m_layout.h"
-#endif
 
 struct TecMoeArgs {
   unsigned long long slot[6];
@@ -253,62 +239,5 @@ extern "C" __global__ void __launch_bounds__(TEC_ROUTE_THREADS) tec_moe_route(Te
     if (threadIdx.x == 0) m_splits[e] = total;
     expert_start += total;
   }
-}
-#endif
-
-#ifdef TEC_TILE_MEMBER_ROWS
-#define TEC_TILE_PIECES 2  // 16-byte pieces per thread: 8 KB per block of 256
-extern "C" __global__ void __launch_bounds__(256) tec_moe_tile_weight(TecMoeArgs args) {
-  tec_allow_next_kernel();
-  tec_wait_for_previous_kernel();
-  const u8* w = (const u8*)args.slot[0];
-  u8* out = (u8*)args.slot[1];
-  const i64 step = blockIdx.x, tile = blockIdx.y;
-#if !TEC_TILE_TRANSPOSE
-  const i64 k_bytes = (i64)TEC_TILE_COLS * TEC_TILE_BYTES;
-#pragma unroll
-  for (int p = 0; p < TEC_TILE_PIECES; ++p) {
-    const int piece = threadIdx.x + 256 * p, row = piece / 8, chunk = piece % 8;
-    const i64 n = tile * 64 + row, k = step * 128 + chunk * 16;
-    *(uint4*)(out + tec_mid_m_tiled_offset(n, k, k_bytes)) = *(const uint4*)(w + n * k_bytes + k);
-  }
-#else
-  // The slab: rows [step * 128 / TEC_TILE_BYTES, +128 / TEC_TILE_BYTES) of member e, its
-  // columns [tile * 64, +64), 64 * TEC_TILE_BYTES bytes of each.
-  constexpr int kSlabRows = 128 / TEC_TILE_BYTES, kSlabPitch = 64 * TEC_TILE_BYTES + 16;
-  __shared__ __align__(16) u8 slab[kSlabRows][kSlabPitch];
-  __shared__ __align__(16) u8 image[8192];
-  const i64 e = blockIdx.z, k_bytes = (i64)TEC_TILE_MEMBER_ROWS * TEC_TILE_BYTES;
-  const u8* member = w + e * TEC_TILE_MEMBER_ROWS * TEC_TILE_COLS * TEC_TILE_BYTES;
-#pragma unroll
-  for (int p = 0; p < TEC_TILE_PIECES; ++p) {
-    const int piece = threadIdx.x + 256 * p, row = piece / (4 * TEC_TILE_BYTES), part = piece % (4 * TEC_TILE_BYTES);
-    *(uint4*)&slab[row][part * 16] =
-        *(const uint4*)(member + (step * kSlabRows + row) * TEC_TILE_COLS * TEC_TILE_BYTES + tile * 64 * TEC_TILE_BYTES + part * 16);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int p = 0; p < TEC_TILE_PIECES; ++p) {
-    // Row c of the piece (W's column tile * 64 + c), bytes [chunk * 16, +16) of its step:
-    // the 16 / TEC_TILE_BYTES slab rows from chunk * 16 / TEC_TILE_BYTES down column c.
-    const int piece = threadIdx.x + 256 * p, c = piece % 64, chunk = piece / 64;
-    u32 word[4];
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-#if TEC_TILE_BYTES == 1
-      const int r = chunk * 16 + q * 4;
-      word[q] = slab[r][c] | (u32)slab[r + 1][c] << 8 | (u32)slab[r + 2][c] << 16 | (u32)slab[r + 3][c] << 24;
-#else
-      const int r = chunk * 8 + q * 2;
-      word[q] = *(const u16*)&slab[r][2 * c] | (u32)*(const u16*)&slab[r + 1][2 * c] << 16;
-#endif
-    }
-    *(uint4*)&image[tec_mid_m_tiled_offset(c, chunk * 16, 128)] = make_uint4(word[0], word[1], word[2], word[3]);
-  }
-  __syncthreads();
-  u8* piece_out = out + tec_mid_m_tiled_offset(e * TEC_TILE_COLS + tile * 64, step * 128, k_bytes);  // 8 KB, contiguous
-#pragma unroll
-  for (int p = 0; p < TEC_TILE_PIECES; ++p) ((uint4*)piece_out)[threadIdx.x + 256 * p] = ((const uint4*)image)[threadIdx.x + 256 * p];
-#endif
 }
 #endif

@@ -124,7 +124,10 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
       if (!p.gpu.supported && !scratch[i].supported) p.gpu = std::move(scratch[i]);
     }
   });
-  if (stop_after("lower")) return result;
+  if (stop_after("lower")) {
+    result.code.modules = modules.requests();  // what the launches ask NVRTC for, not compiled
+    return result;
+  }
   run.step("memory_plan", [&] {
     each([&](CompiledProfile& p) {
       p.memory = memory_plan(p.graph, p.schedule);

@@ -1590,17 +1590,18 @@ class StepLowering {
       const bool staged = dx->proto.quantizer.has_value();
       if (!staged && dx->proto.dtype != DType::bf16 && dx->proto.dtype != DType::fp32)
         throw NotLowered{where + ": dgrad output '" + dx->name + "' is " + std::string(tec::to_string(dx->proto.dtype)) + "; the grouped GEMM writes bf16 or fp32"};
-      // W^T's members [k, n_out]: a bf16 weight transposed as it is tiled, an FP8 one's columnwise copy tiled as it is.
+      // W^T's members [k, n_out]: an FP8 weight's columnwise copy, read row-major as it is; a
+      // bf16 weight read as it is, [n_out, k], and multiplied transposed (MN-major).
       (void)packed_member_bytes(w, fp8 ? BufferRole::columnwise_data : BufferRole::data);
-      const std::string w_t = fp8 ? tile_grouped_weight(role(w, BufferRole::columnwise_data), w.name + ".dgrad_tiles", experts, k, n_out, 1, false)
-                                  : tile_grouped_weight(data(w), w.name + ".dgrad_tiles", experts, n_out, k, 2, true);
+      const std::string w_t = fp8 ? role(w, BufferRole::columnwise_data) : data(w);
       const DType d_type = staged ? DType::bf16 : dx->proto.dtype;
       const std::string d = staged ? add_workspace("dgrad_staging", TensorProto::dense(dx->proto.shape, DType::bf16)) : data(*dx);
       const int64_t tile_n = k % 256 == 0 && !block ? 256 : 128;
       std::vector<std::string> defines = {"TEC_N=" + std::to_string(k) + "LL", "TEC_TILE_N=" + std::to_string(tile_n), "TEC_K=" + std::to_string(n_out) + "LL",
                                           "TEC_E=" + std::to_string(experts), "TEC_ROWS=" + std::to_string(rows) + "LL",
                                           "TEC_BF16=" + std::string(fp8 ? "0" : "1"), "TEC_BIAS=0", "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"),
-                                          "TEC_AMAX=0", "TEC_X_E5M2=" + std::string(dy_type == 4 ? "1" : "0")};
+                                          "TEC_AMAX=0", "TEC_X_E5M2=" + std::string(dy_type == 4 ? "1" : "0"),
+                                          "TEC_W_ROW_MAJOR=1", "TEC_W_TRANSPOSED=" + std::string(fp8 ? "0" : "1")};
       // W^T's 128x128 scales: W's columnwise scale_inv, each member [k / 128, roundup(n_out / 128, 4)].
       if (block)
         defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
@@ -1617,7 +1618,8 @@ class StepLowering {
                 status_bit(TEC_STATUS_BAD_SPLITS),
                 LaunchArg{}};
       out_.push_back(std::move(l));
-      step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (tiled every run)" +
+      step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (" +
+                              (fp8 ? "W's columnwise copy, read row-major" : "W as made, multiplied transposed") + ")" +
                               std::string(block ? ", fp8-block scales applied per 128-deep step" : ""));
       if (staged) emit_row(load(d, DType::bf16, "dgrad staging"), *dx);
     }
@@ -1733,6 +1735,7 @@ class StepLowering {
     if (!unquantized_16_or_32(gemm_out) && (act || !gemm_out.proto.quantizer))
       throw NotLowered{where + " makes a " + std::string(tec::to_string(gemm_out.proto.dtype)) + " output; the grouped GEMM writes bf16 or fp32"};
     std::string w_data, x_data;
+    bool w_row_major = false;
     if (dequantized) {
       w_data = dequantize_grouped_weight(w, experts * n_out, n_out, k);
       x_data = dequantize_to(x, x.name + ".bf16");
@@ -1743,10 +1746,14 @@ class StepLowering {
                               ": every expert's weight dequantized to bf16 in the GEMM's tiled layout (" +
                               (w.kind == ValueKind::weight ? "once per session" : "every run") + "), the tokens every run; bf16 grouped GEMM");
     } else if (w.kind != ValueKind::weight) {
-      // A train plan's weight changes every step: copied into the kernel's layout every run.
-      w_data = tile_grouped_weight(data(w), w.name + ".tiles", experts, n_out, k, element_bytes, false);
+      // A train plan's weight changes every step: the kernel reads it row-major, as it is made.
+      // A tiled copy made every run moved the weight twice more (moe.json fp8-current, H100:
+      // the training step at T=256 15.7 -> 13.8 ms without it).
+      (void)packed_member_bytes(w, BufferRole::data);
+      w_data = data(w);
+      w_row_major = true;
       x_data = data(x);
-      step_.fusions.push_back("gpu: '" + w.name + "' is made every run, so copied into the grouped GEMM's tiled layout every run");
+      step_.fusions.push_back("gpu: '" + w.name + "' is made every run, so the grouped GEMM reads it row-major, with no tiled copy");
     } else {
       w_data = data(w);
       x_data = data(x);
@@ -1785,7 +1792,8 @@ class StepLowering {
         "TEC_E=" + std::to_string(experts),
         "TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_BF16=" + std::string(bf16 ? "1" : "0"),
         "TEC_BIAS=" + std::string(!bias ? "0" : bias_type == DType::bf16 ? "1" : "2"),
-        "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"), "TEC_AMAX=" + std::string(amax_in_epilogue ? "1" : "0")};
+        "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"), "TEC_AMAX=" + std::string(amax_in_epilogue ? "1" : "0"),
+        "TEC_W_ROW_MAJOR=" + std::string(w_row_major ? "1" : "0")};
     if (gated_epilogue) defines.insert(defines.end(), {"TEC_GATED=1", "TEC_ACT=" + std::to_string(activation_code(*act))});
     if (block_scales)
       defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
@@ -1850,30 +1858,6 @@ class StepLowering {
     // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
     return l;
-  }
-
-  // A grouped weight's buffer [experts, rows, cols] (elements of element_bytes) copied into the
-  // grouped GEMM's tiled layout, each member transposed when `transpose` (kernels/moe.cu's
-  // tec_moe_tile_weight); returns the copy's workspace.
-  std::string tile_grouped_weight(const std::string& source, const std::string& name, int64_t experts, int64_t rows, int64_t cols,
-                                  int64_t element_bytes, bool transpose) {
-    // The layout's rows come in tiles of 64 and its K (bytes) in steps of 128.
-    const int64_t k_bytes = (transpose ? rows : cols) * element_bytes;
-    if (rows % 64 != 0 || cols % 64 != 0 || k_bytes % 128 != 0)
-      throw NotLowered{"grouped weight '" + name + "': its members' " + std::to_string(rows) + " x " + std::to_string(cols) +
-                       " are no multiples of 64, or their rows of K no multiple of 128 bytes, which the grouped GEMM's tiled layout takes"};
-    const std::string out =
-        add_workspace(name, TensorProto::dense(Shape{experts * rows * cols * element_bytes}, DType::uint8));
-    Launch l = moe_launch("tec_moe_tile_weight",
-                          {"TEC_TILE_MEMBER_ROWS=" + std::to_string(rows) + "LL", "TEC_TILE_COLS=" + std::to_string(cols) + "LL",
-                           "TEC_TILE_BYTES=" + std::to_string(element_bytes), "TEC_TILE_TRANSPOSE=" + std::string(transpose ? "1" : "0")},
-                          {buf(source), buf(out)}, 0, 0);
-    l.grid = transpose ? std::array<int64_t, 3>{k_bytes / 128, cols / 64, experts} : std::array<int64_t, 3>{k_bytes / 128, experts * rows / 64, 1};
-    if (l.grid[1] > 65535)
-      throw NotLowered{"grouped weight '" + name + "': " + std::to_string(l.grid[1]) + " tiles of 64 rows, more than a launch's 65535"};
-    l.block = {256, 1, 1};
-    out_.push_back(std::move(l));
-    return out;
   }
 
   // A block-scaled grouped weight [experts x n_out rows, k] as bf16 in kernels/mid_m_layout.h's

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -299,19 +300,36 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     }
     return entries;
   };
+  // The defines of the first launch of `entry` in step `step` (or "step+...").
+  auto defines_of = [](const CompileResult& r, const CompiledProfile& p, const std::string& step, const std::string& entry) {
+    for (const codegen::Launch& l : p.gpu.launches) {
+      const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
+      if ((name == step || name.starts_with(step + "+")) && l.entry == entry) {
+        const auto& d = r.code.modules.at(static_cast<size_t>(l.module)).defines;
+        return std::set<std::string>(d.begin(), d.end());
+      }
+    }
+    return std::set<std::string>{};
+  };
   for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block}) {
     CAPTURE(to_string(recipe));
     const CompileResult r = lowered(recipe);
     for (const CompiledProfile& p : r.profiles) {
       CHECK(p.gpu.supported);
-      // The forward's weights change every step: tiled every run before the grouped GEMM.
-      CHECK(kernels(p, "fc1") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm"});
-      // dgrad over W^T, tiled, then wgrad into main_grad: by wgmma where in_features % 256 == 0,
-      // or under fp8-block where % 128 == 0 (its 128 x 128 tiles); so fc2's in_features of 128
-      // takes mma.sync under the other recipes.
-      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad_sm90"});
-      CHECK(kernels(p, "fc2.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm",
-                                                  recipe == RecipeKind::fp8_block ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad"});
+      // The weights change every step: the grouped GEMM reads them as made, row-major, with no
+      // tiled copy: the forward W; the dgrad W^T, FP8 as W's columnwise copy, bf16 as W itself
+      // multiplied transposed.
+      CHECK(kernels(p, "fc1") == Kernels{"tec_grouped_gemm"});
+      CHECK(defines_of(r, p, "fc1", "tec_grouped_gemm").count("TEC_W_ROW_MAJOR=1") == 1);
+      const std::set<std::string> dgrad = defines_of(r, p, "fc1.backward", "tec_grouped_gemm");
+      CHECK(dgrad.count("TEC_W_ROW_MAJOR=1") == 1);
+      CHECK(dgrad.count(recipe == RecipeKind::bf16 ? "TEC_W_TRANSPOSED=1" : "TEC_W_TRANSPOSED=0") == 1);
+      // wgrad into main_grad: by wgmma where in_features % 256 == 0, or under fp8-block where
+      // % 128 == 0 (its 128 x 128 tiles); so fc2's in_features of 128 takes mma.sync under the
+      // other recipes.
+      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_grouped_gemm", "tec_grouped_wgrad_sm90"});
+      CHECK(kernels(p, "fc2.backward") ==
+            Kernels{"tec_grouped_gemm", recipe == RecipeKind::fp8_block ? "tec_grouped_wgrad_sm90" : "tec_grouped_wgrad"});
       // d(weights), then d(y) scattered back by a row kernel (which may quantize it in two passes).
       const Kernels unpermute = kernels(p, "unpermute.backward");
       CHECK(Kernels(unpermute.begin(), unpermute.begin() + 3) == Kernels{"tec_moe_unpermute_weights_grad", "tec_moe_invert_row_map", "tec_row"});
@@ -324,8 +342,7 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     CAPTURE(to_string(recipe));
     for (const CompiledProfile& p : lowered(recipe, true).profiles) {
       CHECK(p.gpu.supported);
-      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_moe_tile_weight", "tec_grouped_gemm", "tec_grouped_wgrad_sm90", "tec_column_partials",
-                                                  "tec_column_finish"});
+      CHECK(kernels(p, "fc1.backward") == Kernels{"tec_grouped_gemm", "tec_grouped_wgrad_sm90", "tec_column_partials", "tec_column_finish"});
     }
   }
   for (const CompiledProfile& p : lowered(RecipeKind::mxfp8).profiles) {
