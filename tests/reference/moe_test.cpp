@@ -291,24 +291,27 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     return compile(o);
   };
   using Kernels = std::vector<std::string>;
-  // The kernels of step `step`, or of the step that fuses more nodes after it ("step+...").
-  auto kernels = [](const CompiledProfile& p, const std::string& step) {
-    Kernels entries;
+  // The launches of step `step`, or of the step that fuses more nodes after it ("step+...").
+  auto launches = [](const CompiledProfile& p, const std::string& step) {
+    std::vector<const codegen::Launch*> found;
     for (const codegen::Launch& l : p.gpu.launches) {
       const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
-      if (name == step || name.starts_with(step + "+")) entries.push_back(l.entry);
+      if (name == step || name.starts_with(step + "+")) found.push_back(&l);
     }
+    return found;
+  };
+  auto kernels = [&](const CompiledProfile& p, const std::string& step) {
+    Kernels entries;
+    for (const codegen::Launch* l : launches(p, step)) entries.push_back(l->entry);
     return entries;
   };
-  // The defines of the first launch of `entry` in step `step` (or "step+...").
-  auto defines_of = [](const CompileResult& r, const CompiledProfile& p, const std::string& step, const std::string& entry) {
-    for (const codegen::Launch& l : p.gpu.launches) {
-      const std::string& name = l.step >= 0 ? p.schedule.steps.at(static_cast<size_t>(l.step)).name : "";
-      if ((name == step || name.starts_with(step + "+")) && l.entry == entry) {
-        const auto& d = r.code.modules.at(static_cast<size_t>(l.module)).defines;
+  // The defines of the step's first launch of `entry`.
+  auto defines_of = [&](const CompileResult& r, const CompiledProfile& p, const std::string& step, const std::string& entry) {
+    for (const codegen::Launch* l : launches(p, step))
+      if (l->entry == entry) {
+        const auto& d = r.code.modules.at(static_cast<size_t>(l->module)).defines;
         return std::set<std::string>(d.begin(), d.end());
       }
-    }
     return std::set<std::string>{};
   };
   for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block}) {
