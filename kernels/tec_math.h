@@ -215,7 +215,15 @@ TEC_HD float tec_gelu_tanh(float x) {
 }
 TEC_HD float tec_gelu_erf(float x) { return 0.5f * x * (1.0f + tec_erf(x * 0.70710678f)); }
 TEC_HD float tec_relu(float x) { return x > 0.0f ? x : 0.0f; }
-TEC_HD float tec_silu(float x) { return x / (1.0f + tec_exp(-x)); }
+// SiLU and its derivative from one exp: both divide by 1 + e^-x (the derivative's sigmoid is
+// its reciprocal), and swiglu's backward (kernels/row.cu) needs both of each element.
+TEC_HD float tec_silu_denominator(float x) { return 1.0f + tec_exp(-x); }
+TEC_HD float tec_silu_given(float x, float denominator) { return x / denominator; }
+TEC_HD float tec_dsilu_given(float x, float denominator) {
+  const float s = 1.0f / denominator;
+  return s * (1.0f + x * (1.0f - s));
+}
+TEC_HD float tec_silu(float x) { return tec_silu_given(x, tec_silu_denominator(x)); }
 
 // An activation by its kernels' code (TEC_ACT; src/codegen/lower.cpp's activation_code):
 // 1 GELU (tanh), 2 GELU (erf), 3 ReLU, else SiLU. The gated ones (swiglu, geglu) apply it to
@@ -240,10 +248,7 @@ TEC_HD float tec_dgelu_erf(float x) {
   return 0.5f * (1.0f + tec_erf(x * 0.70710678f)) + x * 0.3989422804f * tec_exp(-0.5f * x * x);
 }
 TEC_HD float tec_drelu(float x) { return x > 0.0f ? 1.0f : 0.0f; }
-TEC_HD float tec_dsilu(float x) {
-  const float s = 1.0f / (1.0f + tec_exp(-x));
-  return s * (1.0f + x * (1.0f - s));
-}
+TEC_HD float tec_dsilu(float x) { return tec_dsilu_given(x, tec_silu_denominator(x)); }
 
 // The seed of dropout's mask in training step `step` (the plan's step counter).
 TEC_HD unsigned long long tec_dropout_seed(unsigned long long seed, unsigned long long step) {
