@@ -127,7 +127,7 @@ extern "C" __global__ void __launch_bounds__(128 * (TEC_CONSUMERS + 1), 1) tec_g
       for (int i = 0; i < TEC_CONSUMERS * 4; ++i) {
         const int id = i * 128 + tid, token = id / 8, chunk = id % 8;
         const int source_token = token < TEC_M ? token : TEC_M - 1;
-        const u32 dst = slot + kWSlotBytes + (u32)((token / 8) * 1024 + (token % 8) * 128 + ((chunk ^ (token % 8)) * 16));
+        const u32 dst = slot + kWSlotBytes + (u32)tec_sw128_offset(token, chunk);
         tec_copy16(dst, x + (i64)source_token * TEC_K + (i64)step * kStepBytes + chunk * 16);
       }
       asm volatile("cp.async.commit_group;" ::: "memory");

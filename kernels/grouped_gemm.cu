@@ -137,10 +137,6 @@ constexpr int kOutTileColumns = TEC_GATED ? 128 : TEC_TILE_N;     // D's columns
 constexpr int kColumnTiles = (int)(kOutColumns / kOutTileColumns);
 constexpr int kAccumulators = TEC_TILE_N / 2;
 
-// Where row `row` of a slot's operand starts: 8-row groups of 1 KB, 128 bytes a row (its
-// 16-byte chunk c then lies at chunk c ^ (row % 8): the 128-byte swizzle wgmma reads).
-__device__ __forceinline__ int tec_swizzled_row_offset(int row) { return (row / 8) * 1024 + (row % 8) * 128; }
-
 struct TecGroupedArgs {
   unsigned long long slot[9];
 };
@@ -284,7 +280,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     constexpr int kWChunks = TEC_TILE_N / 8, kWRowsPerCopy = 128 / kWChunks;
     const u32 w_thread_atom = (u32)((tid % kWChunks) / 8 * 8192);
 #elif TEC_W_ROW_MAJOR
-    const u32 w_thread_slot = (u32)(tec_swizzled_row_offset(tid / 8) + (((tid % 8) ^ (tid / 8 % 8)) * 16));
+    const u32 w_thread_slot = (u32)tec_sw128_offset(tid / 8, tid % 8);
 #endif
     for (int ring = 0;; ring += kSteps) {
 #if TEC_W_TRANSPOSED
@@ -301,7 +297,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #pragma unroll
         for (int i = 0; i < TEC_TILE_N / 16; ++i) {
           const int row = kWRowsPerCopy * i + tid / kWChunks;
-          tec_copy16(slot + w_thread_atom + (u32)(tec_swizzled_row_offset(row) + (((tid % 8) ^ (row % 8)) * 16)),
+          tec_copy16(slot + w_thread_atom + (u32)tec_sw128_offset(row, tid % 8),
                      w_step + (i64)(kWRowsPerCopy * i) * kWRowBytes);
         }
 #elif TEC_W_ROW_MAJOR
@@ -329,7 +325,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
         for (int i = 0; i < 8; ++i) {
           const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
           const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
-          const u32 dst = slot + kWSlotBytes + (u32)(tec_swizzled_row_offset(row) + ((chunk ^ (row % 8)) * 16));
+          const u32 dst = slot + kWSlotBytes + (u32)tec_sw128_offset(row, chunk);
           tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
         }
         // The slot's barrier counts this thread's arrival when its copies above have landed.

@@ -53,6 +53,7 @@
 #include "grouped_wgrad.cuh"
 #include "grouped_wgrad_sm90_layout.h"
 #include "hopper.cuh"
+#include "mid_m_layout.h"  // tec_sw128_offset
 
 #ifndef TEC_DY_TYPE
 #define TEC_DY_TYPE 0
@@ -144,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
       auto copy = [&](u32 region, const u8* source, i64 column0, int id) {
         const int column = id / 8, chunk = id % 8;
         const i64 r = row0 + chunk * 16;
-        const u32 dst = region + (u32)((column / 8) * 1024 + (column % 8) * 128 + ((chunk ^ (column % 8)) * 16));
+        const u32 dst = region + (u32)tec_sw128_offset(column, chunk);
         const u8* src = source + (column0 + column) * TEC_ROWS + r;
         if (r >= first && r + 16 <= end) {
           tec_copy16_or_zero(dst, src, true);
@@ -178,7 +179,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_wgrad_sm90(TecW
         const int row = id / chunks_per_row, chunk = id % chunks_per_row, atom = chunk / 8, c = chunk % 8;
         const i64 r = row0 + row;
         const bool valid = r < end;
-        const u32 dst = region + (u32)atom * kAtomBytes + (u32)((row / 8) * 1024 + (row % 8) * 128 + ((c ^ (row % 8)) * 16));
+        const u32 dst = region + (u32)atom * kAtomBytes + (u32)tec_sw128_offset(row, c);
         tec_copy16_or_zero(dst, source + (valid ? r : first) * row_bytes + column0 * 2 + chunk * 16, valid);
       };
 #pragma unroll

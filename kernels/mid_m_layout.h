@@ -12,10 +12,15 @@
 
 #include "small_m_layout.h"  // TEC_LAYOUT_HD
 
+// Where 16-byte chunk `chunk` (0-7) of row `row` lies in rows of 128 bytes in the 128-byte
+// swizzle: groups of 8 rows (1 KB), the chunk at position chunk ^ (row % 8) of its row. Every
+// kernel that stages a K-major (or MN-major) wgmma operand in shared memory stores it so.
+TEC_LAYOUT_HD int tec_sw128_offset(int row, int chunk) { return row * 128 + ((chunk ^ (row % 8)) * 16); }
+
 // Where W[n][k] lies; requires N % 64 == 0 and K % 128 == 0.
 TEC_LAYOUT_HD long long tec_mid_m_tiled_offset(long long n, long long k, long long K) {
   const long long tile = n / 64, row = n % 64, step = k / 128, chunk = (k % 128) / 16;
-  return tile * 64 * K + step * 8192 + (row / 8) * 1024 + (row % 8) * 128 + ((chunk ^ (row % 8)) * 16) + k % 16;
+  return tile * 64 * K + step * 8192 + tec_sw128_offset((int)row, (int)chunk) + k % 16;
 }
 
 // The mid-M kernel's tiling, shared with the lowering that sizes its launch: 128 rows of W per
