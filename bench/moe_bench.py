@@ -22,6 +22,8 @@ a random dy, wgrad accumulated (tec: into main_grad; PyTorch: into .grad, each e
 weight parameters as TE's GroupedLinear keeps them): tec's train plan of the same graph
 (--mode train) against the loop (bf16 autograd), torch.compile of the expert MLP and the padded
 bmm layer (autograd). FP8 has no PyTorch training peer here: torch._scaled_mm has no backward.
+tec's training rows also say where the step's time goes (te-run --profile in the same run: the
+phases' sums and the largest steps, eager step medians).
 Each timing is the median of 100 CUDA-event-timed runs after 10 warm-up runs (training: 20 after 5). Every peer's
 branch (y - x) is checked against an fp32 computation of the same routing and weights (bf16
 0.01, FP8 0.08). tec's weights are its own seeded random ones (same distribution), checked by
@@ -293,11 +295,15 @@ def run_tec_train(out, tokens, build, recipes, routings):
                 np.save(out / "experts.npy", idx.numpy())
                 np.save(out / "weights.npy", wts.numpy())
                 report = out / f"{plan.stem}.{t}.json"
+                # --profile adds 20 eager steps with events between the steps (the graph's replays are
+                # timed apart, before them): where the step's time goes, from the same run.
                 run_tool([build / "te-run", plan, "--shape", f"T={t}", "--iterations", "20", "--warmup", "5", "--json", report,
-                          "--input", f"experts={out}/experts.npy", "--input", f"weights={out}/weights.npy"], stdout=subprocess.DEVNULL)
+                          "--input", f"experts={out}/experts.npy", "--input", f"weights={out}/weights.npy", "--profile"],
+                         stdout=subprocess.DEVNULL)
                 r = json.loads(report.read_text())
                 row = {"contender": f"tec {recipe} train", "T": t, "routing": label, "us": r["graph"]["p50_us"],
-                       "peak_bytes": r["arena_bytes"] + r["constant_bytes"]}
+                       "peak_bytes": r["arena_bytes"] + r["constant_bytes"], "phases_us": r.get("phases_us", {}),
+                       "largest_steps": sorted(([s["step"], s["p50_us"]] for s in r.get("steps", [])), key=lambda s: -s[1])[:4]}
                 print(json.dumps(row), flush=True)
                 results.append(row)
                 (out / "moe-tec-train.json").write_text(json.dumps(results, indent=1))
@@ -376,14 +382,21 @@ def run_dense(out, tokens):
     (out / "moe-dense.json").write_text(json.dumps(results, indent=1))
 
 
+RESULT_FILES = ("moe-tec.json", "moe-peers.json", "moe-dense.json", "moe-tec-train.json", "moe-train-peers.json", "moe-tec-router.json")
+
+
 def report(out):
+    if not any((out / name).exists() for name in RESULT_FILES):
+        sys.exit(f"moe_bench.py: no results in {out} (none of {', '.join(RESULT_FILES)}); run a --part first")
     rows = []
     for name in ("moe-tec.json", "moe-peers.json"):
         if (out / name).exists():
             rows += json.loads((out / name).read_text())
     tokens = sorted({r["T"] for r in rows})
-    lines = ["MoE layer forward, given routing (median us; x best correct peer; x floor)"]
+    lines = ["MoE layer forward, given routing (median us; x best correct peer; x floor)"] if rows else []
     for routing_kind in ("uniform", "skewed"):
+        if not any(r["routing"] == routing_kind for r in rows):
+            continue
         lines.append(f"\nrouting: {routing_kind}")
         lines.append(f"{'contender':<20}" + "".join(f"{'T=' + str(t):>34}" for t in tokens))
         sel = [r for r in rows if r["routing"] == routing_kind]
@@ -422,6 +435,8 @@ def report(out):
         lines.append("\ntraining step (forward + backward, wgrad accumulated; median us; x best peer; x the GEMMs' FLOP floor: 3x the forward's)")
         for routing_kind in ("uniform", "skewed"):
             sel = [r for r in train if r["routing"] == routing_kind]
+            if not sel:
+                continue
             lines.append(f"routing: {routing_kind}")
             for c in sorted({r["contender"] for r in sel}, key=lambda c: (not c.startswith("tec"), c)):
                 line = f"  {c:<22}"
@@ -436,6 +451,13 @@ def report(out):
                         f" fl {r['us'] / (3 * layer_flops(t) / PEAK[kind] * 1e6):.1f}x"
                     line += f"{cell:>30}"
                 lines.append(line)
+        profiled = [r for r in train if r.get("phases_us")]
+        if profiled:
+            lines.append("where a tec step's time goes (te-run --profile: eager step medians, us)")
+            for r in sorted(profiled, key=lambda r: (r["contender"], r["routing"], r["T"])):
+                phases = ", ".join(f"{phase} {us:.0f}" for phase, us in sorted(r["phases_us"].items()))
+                largest = ", ".join(f"{step} {us:.0f}" for step, us in r.get("largest_steps", []))
+                lines.append(f"  {r['contender']:<22} T={r['T']:<5} {r['routing']:<8} {phases}; largest: {largest}")
     if (out / "moe-tec-router.json").exists():
         lines.append("\nwith the router, new routing every run (4 sessions of different tokens in turn) against fixed routing")
         routed = json.loads((out / "moe-tec-router.json").read_text())
@@ -460,17 +482,24 @@ def main():
     ap.add_argument("--routings", default="uniform,skewed", help="training parts: comma-separated, of uniform and skewed")
     ap.add_argument("--report", action="store_true", help="print the table from --out's JSON and exit")
     a = ap.parse_args()
-    a.out.mkdir(parents=True, exist_ok=True)
     if a.report:
         return report(a.out)
-    if torch is None or not torch.cuda.is_available():
-        sys.exit("moe_bench.py: the benchmark needs PyTorch with a CUDA device (run it on the GPU machine); --report works without")
-    tokens = [int(t) for t in a.tokens.split(",")]
+    # Usage errors first, so that they show on any machine.
+    try:
+        tokens = [int(t) for t in a.tokens.split(",")]
+    except ValueError:
+        ap.error(f"--tokens {a.tokens}: comma-separated token counts, e.g. 256,2048,8192")
     parts = a.part.split(",")
+    known = ("tec", "router", "peers", "dense", "train", "train-peers")
+    if unknown := [p for p in parts if p not in known]:
+        ap.error(f"--part {','.join(unknown)}: not one of {', '.join(known)}")
     recipes = a.recipes.split(",")
     routings = a.routings.split(",")
-    if not routings or any(r not in ("uniform", "skewed") for r in routings):
-        sys.exit(f"moe_bench.py: --routings takes uniform and skewed, got '{a.routings}'")
+    if any(r not in ("uniform", "skewed") for r in routings):
+        ap.error(f"--routings {a.routings}: takes uniform and skewed")
+    if torch is None or not torch.cuda.is_available():
+        sys.exit("moe_bench.py: the benchmark needs PyTorch with a CUDA device (run it on the GPU machine); --report works without")
+    a.out.mkdir(parents=True, exist_ok=True)
     if "tec" in parts:
         run_tec(a.out, tokens, a.build, recipes, router=False)
     if "router" in parts:
