@@ -3,22 +3,15 @@ the best peer must be one within its error bound, and it must refuse clearly wha
 do. Runs on the CPU machine: --report needs neither PyTorch nor a GPU."""
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
+from report_checks import Checks, script_runner
+
 root = pathlib.Path(sys.argv[1])
-bench = root / "bench" / "bench.py"
-
-passed = failed = 0
-def expect(name, ok, detail=""):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f"\n     {detail}"))
-    passed += ok
-    failed += not ok
-
-def run(*args):
-    return subprocess.run([sys.executable, str(bench), *map(str, args)], capture_output=True, text=True)
+checks = Checks()
+expect = checks.expect
+run = script_runner(root / "bench" / "bench.py")
 
 def row(contender, t, us, ok=True, error=0.05, bound=0.08):
     return {"contender": contender, "T": t, "us": us, "error": error, "bound": bound, "ok": ok}
@@ -71,5 +64,4 @@ with tempfile.TemporaryDirectory() as tmp:
                done.returncode != 0 and ("needs PyTorch" in done.stderr or "needs a CUDA GPU" in done.stderr)
                and "Traceback" not in done.stderr, done.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+checks.finish()

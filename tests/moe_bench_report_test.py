@@ -4,22 +4,15 @@ step spends its time, and usage errors must be named on any machine. Runs on the
 --report needs neither PyTorch nor a GPU."""
 import json
 import pathlib
-import subprocess
 import sys
 import tempfile
 
+from report_checks import Checks, script_runner
+
 root = pathlib.Path(sys.argv[1])
-bench = root / "bench" / "moe_bench.py"
-
-passed = failed = 0
-def expect(name, ok, detail=""):
-    global passed, failed
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else f"\n     {detail}"))
-    passed += ok
-    failed += not ok
-
-def run(*args):
-    return subprocess.run([sys.executable, str(bench), *map(str, args)], capture_output=True, text=True)
+checks = Checks()
+expect = checks.expect
+run = script_runner(root / "bench" / "moe_bench.py")
 
 def train_row(contender, t, us, routing="uniform", **extra):
     return {"contender": contender, "T": t, "routing": routing, "us": us, **extra}
@@ -55,5 +48,4 @@ with tempfile.TemporaryDirectory() as tmp:
         done = run("--out", out, *args)
         expect(f"{named}: a usage error naming it", done.returncode == 2 and named in done.stderr, done.stderr)
 
-print(f"{passed} passed, {failed} failed")
-sys.exit(1 if failed else 0)
+checks.finish()
