@@ -53,8 +53,7 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p, int64_t rank) {
       std::vector<float> values = weight_values(v, rank);
       reference::round_to(v.weight->rounded_to, values);
       const PlannedBuffer* b = by_tensor.at(v.name).at(BufferRole::data);
-      const auto bytes = reference::encode_values(DType::fp32, values);
-      std::copy(bytes.begin(), bytes.end(), blob.begin() + b->offset);
+      reference::encode_values_into(DType::fp32, values, std::span<uint8_t>(blob.data() + b->offset, static_cast<size_t>(b->bytes)));
       continue;
     }
     if (v.kind != ValueKind::weight) continue;
@@ -66,8 +65,7 @@ std::vector<uint8_t> build_constants(const CompiledProfile& p, int64_t rank) {
       return std::span<uint8_t>(blob.data() + b->offset, static_cast<size_t>(b->bytes));
     };
     if (!v.proto.quantizer) {
-      const auto bytes = reference::encode_values(v.proto.dtype, values);
-      std::copy(bytes.begin(), bytes.end(), span_of(BufferRole::data).begin());
+      reference::encode_values_into(v.proto.dtype, values, span_of(BufferRole::data));
       continue;
     }
     reference::BufferMap out;

@@ -237,9 +237,7 @@ HostTensor Session::read(const std::string& name, bool columnwise) const {
 
 void Session::store(const plan::Tensor& t, std::vector<float> values) {
   if (!t.proto.quantizer) {
-    const auto bytes = encode_values(t.proto.dtype, values);
-    auto out = bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]);
-    std::memcpy(out.data(), bytes.data(), out.size());
+    encode_values_into(t.proto.dtype, values, bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]));
     return;
   }
   BufferMap map;

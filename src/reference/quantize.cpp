@@ -454,10 +454,11 @@ std::vector<float> dequantize(const TensorProto& p, const BufferMap& in, bool co
   return out;
 }
 
-std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
+void encode_values_into(DType dtype, std::span<const float> values, std::span<uint8_t> out) {
   if (dtype != DType::fp32 && dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::uint8 && dtype != DType::int32)
     TEC_INTERNAL_ERROR({}) << "encode_values: " << to_string(dtype) << " is not a high-precision dtype, a mask or an index";
-  std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
+  TEC_INTERNAL_CHECK(out.size() == values.size() * static_cast<size_t>(storage_bytes(dtype)), {})
+      << "encode_values: " << values.size() << " " << to_string(dtype) << " values into " << out.size() << " bytes";
   for_chunks(values.size(), [&](size_t first, size_t last) {
     for (size_t i = first; i < last; ++i) {
       if (dtype == DType::fp32) {
@@ -474,6 +475,11 @@ std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
       }
     }
   });
+}
+
+std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values) {
+  std::vector<uint8_t> out(values.size() * static_cast<size_t>(storage_bytes(dtype)));
+  encode_values_into(dtype, values, out);
   return out;
 }
 

@@ -56,7 +56,10 @@ std::vector<float> dequantize(const TensorProto& proto, const BufferMap& in, boo
                               const Target& target = {});
 
 // High-precision values to and from their stored bytes (bf16, fp16, fp32), rounding to
-// nearest even.
+// nearest even. encode_values_into writes into `out`, which must hold exactly their bytes: a
+// plan's weights and masters go straight into the constants blob, a step's outputs into the
+// arena, with no buffer of their own (5.6 GB of fresh pages for moe.json's fp32 masters).
+void encode_values_into(DType dtype, std::span<const float> values, std::span<uint8_t> out);
 std::vector<uint8_t> encode_values(DType dtype, std::span<const float> values);
 std::vector<float> decode_values(DType dtype, std::span<const uint8_t> bytes);
 // Rounds values in place to what `dtype` can hold.
