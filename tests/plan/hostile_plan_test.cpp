@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <random>
 
+#include <unistd.h>
+
 #include "compiler.h"
 #include "plan/file.h"
 #include "plan/format.h"
@@ -65,6 +67,35 @@ TEST_CASE("the valid plan loads and runs") {
   s.randomize_inputs(1);
   s.run();
   CHECK(s.read("y").values.size() == 32 * 64);
+}
+
+// Plan::load_file hands the file's buffer to the constants rather than copying them, after
+// the blobs are read and before the profiles are: a file must load as its bytes do, and a
+// damaged profile read after that hand-over must still be a clear error.
+TEST_CASE("a plan file loads as its bytes do, and its damage reads as theirs") {
+  const auto path = (std::filesystem::temp_directory_path() / ("tec_hostile_" + std::to_string(::getpid()) + ".teplan")).string();
+  auto load_file_error = [&](std::span<const uint8_t> bytes) {
+    plan::write_file_atomically(path, bytes);
+    const Error e = test::error_of([&] { (void)plan::Plan::load_file(path); });
+    CHECK(e.kind() == ErrorKind::invalid_input);
+    return e.message();
+  };
+  plan::write_file_atomically(path, valid_plan().bytes);
+  const plan::Plan from_file = plan::Plan::load_file(path);
+  const plan::Plan from_bytes = plan::Plan::load(valid_plan().bytes, "valid.teplan");
+  CHECK(!from_file.constants.empty());
+  CHECK(from_file.constants == from_bytes.constants);
+  CHECK(from_file.profiles.size() == from_bytes.profiles.size());
+
+  nlohmann::json m = valid_plan().manifest;
+  m["profiles"][0]["buffers"][0]["offset"] = 1 << 30;
+  const auto damaged_profile = plan::serialize_plan(m, valid_plan().blobs);
+  const std::string message = load_file_error(damaged_profile);
+  CHECK(message.find("outside its region") != std::string::npos);
+  CHECK(message == load_error(damaged_profile));
+  const auto& good = valid_plan().bytes;
+  CHECK(load_file_error(std::span(good.data(), good.size() / 2)) == load_error(std::span(good.data(), good.size() / 2)));
+  std::filesystem::remove(path);
 }
 
 // The corruption sweep covers every small example plan: mlp_tiny under every recipe and
