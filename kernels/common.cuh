@@ -181,6 +181,14 @@ __device__ __forceinline__ u8 tec_float_to_e8m0_round_up(float v) {
   return (u8)exponent;
 }
 
+// LAYOUTS.md §2.2 step 5: the encode multiplier 2^(127 - e) of E8M0 exponent e, exact in fp32
+// (e = 254: the subnormal 2^-127; e = 255: NaN), as the reference's ldexp.
+__device__ __forceinline__ float tec_mxfp8_multiplier(u8 e) {
+  if (e == 0xFF) return __uint_as_float(0x7FC00000u);
+  if (e == 254) return __uint_as_float(0x00400000u);
+  return __uint_as_float((u32)(254 - e) << 23);
+}
+
 // IEEE half with round to nearest even; past 65504 (from 65520 on) inf; NaN -> 0x7E00 (as
 // reference float_to_fp16, whose NaN has no sign).
 __device__ __forceinline__ u16 tec_float_to_fp16(float x) {

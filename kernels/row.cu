@@ -327,6 +327,10 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
 #elif TEC_DQ == 2
   const u8 e = ((const u8*)in1)[r * ((TEC_N / 32 + 3) / 4 * 4) + c / 32];
   return tec_decode_fp8(data[r * TEC_N + c]) * tec_e8m0_to_float(e);
+#elif TEC_DQ == 8
+  // MXFP8's columnwise copy: [M, K] as the rowwise one, E8M0 scales [roundup(M/32, 4)][roundup(K, 128)].
+  const u8 e = ((const u8*)in1)[(r / 32) * ((TEC_N + 127) / 128 * 128) + c];
+  return tec_decode_fp8(data[r * TEC_N + c]) * tec_e8m0_to_float(e);
 #elif TEC_DQ == 3
   const i64 padded_rows = (row.rows + 3) / 4 * 4;
   return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[(c / 128) * padded_rows + r];
@@ -1030,11 +1034,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     float local = fabsf(v);
     for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
     const u8 e = tec_float_to_e8m0_round_up(local * __fdiv_rn(1.0f, TEC_FP8_MAX));
-    float multiplier;
-    if (e == 0xFF) multiplier = __uint_as_float(0x7FC00000u);
-    else if (e == 254) multiplier = __uint_as_float(0x00400000u);  // 2^-127
-    else multiplier = __uint_as_float((u32)(254 - e) << 23);         // 2^(127 - e)
-    ((u8*)args.slot[3])[row.r * TEC_N + b * 32 + lane] = tec_encode(v * multiplier);
+    ((u8*)args.slot[3])[row.r * TEC_N + b * 32 + lane] = tec_encode(v * tec_mxfp8_multiplier(e));
     if (lane == 0) ((u8*)args.slot[4])[row.r * ((TEC_N / 32 + 3) / 4 * 4) + b] = e;
   }
 

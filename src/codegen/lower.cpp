@@ -236,6 +236,8 @@ class StepLowering {
     const Quantizer* block = v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block ? &*v.proto.quantizer : nullptr;
     if (block && !rowwise_only && (block->block_rows == 128 || v.proto.usage.columnwise))
       return emit_block_copies(producer, v, rows, cols);
+    if (v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8 && v.proto.usage.columnwise && !rowwise_only)
+      return emit_mxfp8_copies(producer, v, rows, cols);
     // A columnwise copy (training: wgrad's x and dy, dgrad's W) of a per-tensor FP8 tensor is
     // its rowwise codes transposed (LAYOUTS.md 1.1), made by a transpose kernel afterwards.
     const bool transposed_copy = v.proto.quantizer && v.proto.usage.columnwise && !rowwise_only;
@@ -243,8 +245,8 @@ class StepLowering {
       const QuantizerKind kind = v.proto.quantizer->kind;
       if (kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed)
         throw NotLowered{"'" + v.name + "' needs a columnwise " + std::string(tec::to_string(kind)) +
-                         " copy (training); the GPU makes columnwise copies of FP8 per tensor and in blocks (fp8-current, "
-                         "fp8-delayed, fp8-block) only so far; mxfp8 and nvfp4 train on the CPU reference"};
+                         " copy (training); the GPU makes columnwise copies of FP8 per tensor, in blocks and MXFP8 "
+                         "(fp8-current, fp8-delayed, fp8-block, mxfp8) only so far; nvfp4 trains on the CPU reference"};
       if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise FP8 copy without a rowwise one"};
     }
     // A grouped tensor made on the GPU (a train plan's expert weights, from their masters) is
@@ -361,12 +363,7 @@ class StepLowering {
     const int64_t members = v.proto.is_grouped() ? v.proto.group_members : 1;
     if (members > 1 && (q.block_rows != 128 || rows % members != 0))
       throw NotLowered{"grouped '" + v.name + "' in " + q.str() + ": the GPU quantizes grouped tensors in 128x128 blocks only"};
-    const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == "TEC_PRODUCER=1" && producer.defines[1] == "TEC_IN_DTYPE=2";
-    std::string source = fp32_load ? producer.inputs[0].buffer : "";
-    if (source.empty()) {
-      source = add_workspace(v.name + ".fp32", TensorProto::dense(Shape{rows, cols}, DType::fp32));
-      emit_row_to(producer, rows, cols, source, DType::fp32);
-    }
+    const std::string source = fp32_values(producer, v, rows, cols);
     const bool rowwise = v.proto.usage.rowwise, columnwise = v.proto.usage.columnwise;
     std::vector<std::string> defines = {
         "TEC_ROWS=" + std::to_string(rows / members) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
@@ -404,6 +401,46 @@ class StepLowering {
     memset(role(v, BufferRole::columnwise_scale_inv));
     l.entry = "tec_block_quantize_columns";
     l.grid = {(cols + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock, 1};
+    l.args = {buf(source), buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv))};
+    out_.push_back(std::move(l));
+  }
+
+  // The producer's values in fp32, unrounded, as the reference quantizes them: its own source
+  // when it is a plain fp32 load (a weight's master), else a workspace the row kernel fills.
+  std::string fp32_values(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
+    const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == "TEC_PRODUCER=1" && producer.defines[1] == "TEC_IN_DTYPE=2";
+    if (fp32_load) return producer.inputs[0].buffer;
+    const std::string staged = add_workspace(v.name + ".fp32", TensorProto::dense(Shape{rows, cols}, DType::fp32));
+    emit_row_to(producer, rows, cols, staged, DType::fp32);
+    return staged;
+  }
+
+  // MXFP8's columnwise copy (training: wgrad's x and dy, dgrad's W) is quantized anew down the
+  // columns from the values (LAYOUTS.md §2.1: it cannot be derived from the rowwise codes), by
+  // kernels/mxfp8_columns.cu; the rowwise copy by the row kernel from the same fp32 values.
+  void emit_mxfp8_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
+    const Quantizer& q = *v.proto.quantizer;
+    if (v.proto.is_grouped() && v.proto.group_members > 1)
+      throw NotLowered{"'" + v.name + "' is a grouped mxfp8 tensor with a columnwise copy (a train plan's expert weights); "
+                       "the GPU makes grouped MXFP8 copies only of constants so far, so mxfp8 MoE layers train on the CPU reference"};
+    if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D MXFP8, which only constant weights get"};
+    if (rows % 32 != 0)
+      throw NotLowered{"'" + v.name + "' has " + std::to_string(rows) + " rows; MXFP8's columnwise copy needs a multiple of 32"};
+    const std::string source = fp32_values(producer, v, rows, cols);
+    if (v.proto.usage.rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, /*rowwise_only=*/true);
+    memset(role(v, BufferRole::columnwise_scale_inv));  // the padding, zero as the reference leaves it
+    constexpr int64_t kThreads = 256, kBlockRows = 32;
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"mxfp8_columns.cu",
+                                          {"TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
+                                           "TEC_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0")},
+                                          ""});
+    l.entry = "tec_mxfp8_quantize_columns";
+    l.grid = {rows / kBlockRows, (cols + kThreads - 1) / kThreads, 1};  // x: grid x has room for any row count
+    l.block = {kThreads, 1, 1};
+    l.early_launch = true;
     l.args = {buf(source), buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv))};
     out_.push_back(std::move(l));
   }
@@ -500,10 +537,12 @@ class StepLowering {
     return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
   }
 
-  // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot take.
-  std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16) {
+  // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot
+  // take: from its rowwise copy, or from its columnwise one (MXFP8, whose copy is [M, K] too).
+  std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16, bool columnwise = false) {
     const std::string out = add_workspace(workspace, TensorProto::dense(v.proto.shape, dtype));
-    emit_row_to(dequantize_producer(v), v.proto.shape.rows(), v.proto.shape.cols(), out, dtype);
+    emit_row_to(columnwise ? dequantize_columnwise_producer(v) : dequantize_producer(v), v.proto.shape.rows(),
+                v.proto.shape.cols(), out, dtype);
     return out;
   }
 
@@ -516,6 +555,16 @@ class StepLowering {
                     {producer.inputs[0], producer.inputs[1], producer.inputs[2], buf(out_buffer), {}, {}, {},
                      LaunchArg{LaunchArg::Kind::value, "", rows}, producer.more[0], producer.more[1], producer.more[2], producer.more[3]},
                     rows, cols, producer.per_element ? row_chunks(rows, cols) : 1);
+  }
+
+  Producer dequantize_columnwise_producer(const Value& v) {
+    const Quantizer& q = *v.proto.quantizer;
+    if (q.kind != QuantizerKind::mxfp8 || q.block_rows != 1 || !v.proto.usage.columnwise)
+      throw NotLowered{"'" + v.name + "': the GPU dequantizes columnwise copies of 1-D MXFP8 tensors only"};
+    Producer p;
+    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"), "TEC_DQ=8"};
+    p.inputs = {buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv)), {}};
+    return p;
   }
 
   Producer dequantize_producer(const Value& v) {
@@ -1008,10 +1057,15 @@ class StepLowering {
     const auto [accumulated, main_grad] = fused_main_grad_add(dw);
     const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
     auto is_block = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block; };
+    // MXFP8 has no cuBLASLt GEMM on sm_90: its operands are dequantized to bf16, as the forward's.
+    auto is_mxfp8 = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8; };
     for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
-      if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v))
+      if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v) && !is_mxfp8(*v))
         throw NotLowered{"backward of linear '" + n.name + "' reads " + v->proto.quantizer->str() + " '" + v->name +
-                         "'; the GPU's backward GEMMs take FP8 per tensor or in blocks, or 16-bit operands, so far"};
+                         "'; the GPU's backward GEMMs take FP8 per tensor, in blocks or MXFP8, or 16-bit operands, so far"};
+    if (is_mxfp8(x) || is_mxfp8(w) || is_mxfp8(dy_rows))
+      step_.fusions.push_back("gpu: mxfp8 has no cuBLASLt GEMM on sm_90: the backward's operands (dgrad's W and wgrad's x and dy "
+                              "from their columnwise copies) dequantized to bf16, bf16 GEMMs");
     // cuBLASLt's scale mode of a quantized operand: one scale, 1x128 blocks along K (VEC128) or
     // 128x128 tiles (a weight's, either direction).
     auto scale_mode = [&](const Value& v) -> std::string {
@@ -1021,12 +1075,14 @@ class StepLowering {
     // The operand whose [rows, k] matrix is `v` transposed: an FP8 tensor's columnwise copy (a
     // block-scaled one with its own scales), a 16-bit one read transposed.
     auto transposed = [&](const Value& v) -> GemmOperand {
+      if (is_mxfp8(v)) return {dequantize_to(v, v.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true), DType::bf16, "", "none", true};
       if (v.proto.quantizer)
         return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype,
                 role(v, is_block(v) ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", true};
     };
     auto as_is = [&](const Value& v) -> GemmOperand {
+      if (is_mxfp8(v)) return {dequantize_to(v, v.name + ".16bit"), DType::bf16, "", "none", false};
       if (v.proto.quantizer) return {data(v), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", false};
     };

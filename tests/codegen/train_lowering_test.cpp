@@ -54,9 +54,9 @@ std::string columnwise(const std::string& value) { return value_buffer_name(valu
 
 }  // namespace
 
-TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current, fp8-delayed and fp8-block, with AdamW too") {
+TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8, with AdamW too") {
   for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json"})
-    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block})
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block, RecipeKind::mxfp8})
       for (auto optimizer : {TrainOptions::Optimizer::none, TrainOptions::Optimizer::adamw}) {
         CAPTURE(model);
         CAPTURE(to_string(recipe));
@@ -220,16 +220,50 @@ TEST_CASE("fp8-block backward GEMMs read the columnwise copies with their own bl
   CHECK((*tiles)->args.at(0).buffer == data("fc1.weight.master"));
 }
 
-TEST_CASE("train plans under mxfp8 and nvfp4 have no GPU code yet, and say why") {
-  for (RecipeKind recipe : {RecipeKind::mxfp8, RecipeKind::nvfp4}) {
-    CAPTURE(to_string(recipe));
-    const CompileResult r = lowered_train("mlp_tiny.json", recipe);
-    const CompiledProfile& p = r.profiles.at(0);
-    CHECK_FALSE(p.gpu.supported);
-    CHECK(p.gpu.reason.find("columnwise") != std::string::npos);
-    CHECK(p.gpu.reason.find("train on the CPU reference") != std::string::npos);
-    CHECK(p.gpu.step == "fc1.weight.workspace");
-  }
+TEST_CASE("mxfp8 backward GEMMs multiply bf16 copies dequantized from W's and x's and dy's columnwise copies, made down the columns") {
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::mxfp8);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+  // The weight's columnwise copy: 32-row blocks down the columns of the fp32 master (its own
+  // values, not the rowwise codes), E8M0 scales of their own.
+  const std::vector<const Launch*> workspace = launches_of(p, "fc1.weight.workspace");
+  const auto columns =
+      std::find_if(workspace.begin(), workspace.end(), [](const Launch* l) { return l->entry == "tec_mxfp8_quantize_columns"; });
+  REQUIRE(columns != workspace.end());
+  CHECK((*columns)->args.at(0).buffer == data("fc1.weight.master"));
+  CHECK((*columns)->args.at(1).buffer == columnwise("fc1.weight"));
+  CHECK((*columns)->args.at(2).buffer == value_buffer_name("fc1.weight", BufferRole::columnwise_scale_inv));
+  // Which copy each bf16 operand was dequantized from: the step's row kernel that wrote it.
+  const std::string step = "fc2.backward+fc2.weight.main_grad@1";
+  auto dequantized_from = [&](const std::string& operand) {
+    for (const Launch* l : launches_of(p, step))
+      if (l->kind == Launch::Kind::kernel && l->args.size() > 3 && l->args[3].buffer == operand) return l->args[0].buffer;
+    return std::string("(no kernel of the step writes " + operand + ")");
+  };
+  const std::vector<const GemmLaunch*> gemms = gemms_of(p, step);
+  REQUIRE(gemms.size() == 2);
+  const GemmLaunch& dgrad = *gemms[0];  // dx = dy W: W's columnwise copy is [H, F] as W, read transposed
+  CHECK(dgrad.a.type == DType::bf16);
+  CHECK(dgrad.a.transposed);
+  CHECK(dequantized_from(dgrad.a.buffer) == columnwise("fc2.weight"));
+  CHECK(dgrad.b.type == DType::bf16);
+  CHECK_FALSE(dgrad.b.transposed);
+  CHECK(dequantized_from(dgrad.b.buffer) == data("dy.quantized"));
+  const GemmLaunch& wgrad = *gemms[1];  // dW = dy^T x: both along T, from their columnwise copies
+  CHECK(wgrad.a.transposed);
+  CHECK(wgrad.b.transposed);
+  CHECK(dequantized_from(wgrad.a.buffer) == columnwise("act"));
+  CHECK(dequantized_from(wgrad.b.buffer) == columnwise("dy.quantized"));
+  CHECK(wgrad.c == data("fc2.weight.main_grad"));
+}
+
+TEST_CASE("train plans under nvfp4 have no GPU code yet, and say why") {
+  const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::nvfp4);
+  const CompiledProfile& p = r.profiles.at(0);
+  CHECK_FALSE(p.gpu.supported);
+  CHECK(p.gpu.reason.find("columnwise nvfp4 copy") != std::string::npos);
+  CHECK(p.gpu.reason.find("nvfp4 trains on the CPU reference") != std::string::npos);
+  CHECK(p.gpu.step == "fc1.weight.workspace");
 }
 
 }  // namespace tec::codegen
