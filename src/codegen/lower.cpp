@@ -254,10 +254,12 @@ class StepLowering {
     const int64_t members = v.proto.is_grouped() && v.proto.quantizer ? v.proto.group_members : 1;
     if (members > 1) {
       const QuantizerKind kind = v.proto.quantizer->kind;
-      if ((kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed) || amax_done)
+      const bool per_tensor = kind == QuantizerKind::fp8_current || kind == QuantizerKind::fp8_delayed;
+      if ((!per_tensor && !mxfp8_members_as_one(v, rows)) || amax_done)
         throw NotLowered{"'" + v.name + "' is a grouped " + std::string(tec::to_string(kind)) +
                          " tensor made every run (a train plan's expert weights); the GPU quantizes those per member under "
-                         "fp8-current and fp8-delayed only so far"};
+                         "fp8-current and fp8-delayed, in 128x128 blocks under fp8-block, and under mxfp8 when each member's "
+                         "rows are a multiple of 128, so far"};
       for (BufferRole r : {BufferRole::data, BufferRole::scale_inv}) (void)packed_member_bytes(v, r);
       if (transposed_copy) (void)packed_member_bytes(v, BufferRole::columnwise_data);
     }
@@ -405,6 +407,17 @@ class StepLowering {
     out_.push_back(std::move(l));
   }
 
+  // A grouped MXFP8 tensor whose members each have a multiple of 128 rows is laid out as one
+  // tensor of all their rows: no 32-row column block straddles two members, and each member's
+  // padded scale rows (roundup(rows, 128) rowwise, roundup(rows / 32, 4) columnwise) are its
+  // own rows exactly. So the whole-tensor kernels write every member's own bytes.
+  static bool mxfp8_members_as_one(const Value& v, int64_t rows) {
+    const int64_t members = v.proto.group_members;
+    if (v.proto.quantizer->kind != QuantizerKind::mxfp8 || rows % members != 0 || (rows / members) % 128 != 0) return false;
+    for (const GroupedBuffer& b : GroupedTensor::uniform(v.proto).buffers()) (void)packed_member_bytes(v, b);
+    return true;
+  }
+
   // The producer's values in fp32, unrounded, as the reference quantizes them: its own source
   // when it is a plain fp32 load (a weight's master), else a workspace the row kernel fills.
   std::string fp32_values(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
@@ -420,9 +433,10 @@ class StepLowering {
   // kernels/mxfp8_columns.cu; the rowwise copy by the row kernel from the same fp32 values.
   void emit_mxfp8_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
     const Quantizer& q = *v.proto.quantizer;
-    if (v.proto.is_grouped() && v.proto.group_members > 1)
-      throw NotLowered{"'" + v.name + "' is a grouped mxfp8 tensor with a columnwise copy (a train plan's expert weights); "
-                       "the GPU makes grouped MXFP8 copies only of constants so far, so mxfp8 MoE layers train on the CPU reference"};
+    if (v.proto.is_grouped() && v.proto.group_members > 1 && !mxfp8_members_as_one(v, rows))
+      throw NotLowered{"'" + v.name + "' is a grouped mxfp8 tensor made every run (a train plan's expert weights) whose members' rows "
+                       "are not a multiple of 128; the GPU quantizes it as one tensor, which needs its members' blocks and padded "
+                       "scales to fall where each member's own would"};
     if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D MXFP8, which only constant weights get"};
     if (rows % 32 != 0)
       throw NotLowered{"'" + v.name + "' has " + std::to_string(rows) + " rows; MXFP8's columnwise copy needs a multiple of 32"};
@@ -1618,13 +1632,20 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && q->kind == QuantizerKind::fp8_block && q->block_rows == block_rows && q->block_cols == 128;
     };
+    // MXFP8: tec's grouped kernels read no 32-element block scales, so the operands are
+    // dequantized to bf16 (dgrad's W and dy from W's columnwise and dy's rowwise copy, wgrad's
+    // x and dy from their columnwise copies; the copies are [rows, k] as the tensors) and the
+    // bf16 kernels run on them.
+    auto is_mxfp8 = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8; };
+    const bool dequantized = is_mxfp8(x) && is_mxfp8(w) && is_mxfp8(dy) && is_mxfp8(dy_cols);
     // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor or in blocks.
     auto type_code = [&](const Value& v, int64_t block_rows) {
-      if (!v.proto.quantizer && v.proto.dtype == DType::bf16) return 0;
+      if ((!v.proto.quantizer && v.proto.dtype == DType::bf16) || dequantized) return 0;
       if (v.proto.quantizer && ((fp8_per_tensor(v) && v.proto.usage.rowwise) || fp8_block(v, block_rows)))
         return v.proto.quantizer->dtype == DType::fp8_e4m3 ? 3 : 4;
       throw NotLowered{where + " reads " + (v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))) + " '" +
-                       v.name + "'; the GPU's grouped backward takes bf16, per-tensor FP8 (fp8-current, fp8-delayed) and fp8-block so far"};
+                       v.name + "'; the GPU's grouped backward takes bf16, per-tensor FP8 (fp8-current, fp8-delayed), fp8-block and "
+                       "(dequantized to bf16) mxfp8 so far"};
     };
     const int x_type = type_code(x, 1), w_type = type_code(w, 128), dy_type = type_code(dy, 1);
     if ((x_type == 0) != (w_type == 0) || (x_type == 0) != (dy_type == 0) || (w_type != 0 && w_type != 3))
@@ -1637,6 +1658,9 @@ class StepLowering {
     // the wgrad reads an FP8 x from its columnwise copy.
     if (fp8 && !x.proto.usage.columnwise) throw NotLowered{where + ": '" + x.name + "' has no columnwise copy for the wgrad"};
     if (block && !dy_cols.proto.usage.columnwise) throw NotLowered{where + ": '" + dy_cols.name + "' has no columnwise copy for the wgrad"};
+    if (dequantized && dw)
+      for (const Value* v : {&x, &dy_cols})
+        if (!v->proto.usage.columnwise) throw NotLowered{where + ": '" + v->name + "' has no columnwise copy for the wgrad"};
     const int64_t experts = n.attrs.get_int("num_gemms", 0), n_out = n.attrs.get_int("out_features", 0), k = n.attrs.get_int("in_features", 0);
     const int64_t rows = x.proto.shape.rows();
     if (n_out % 128 != 0 || k % 128 != 0)
@@ -1649,7 +1673,10 @@ class StepLowering {
       // W^T's members [k, n_out]: an FP8 weight's columnwise copy, read row-major as it is; a
       // bf16 weight read as it is, [n_out, k], and multiplied transposed (MN-major).
       (void)packed_member_bytes(w, fp8 ? BufferRole::columnwise_data : BufferRole::data);
-      const std::string w_t = fp8 ? role(w, BufferRole::columnwise_data) : data(w);
+      const std::string w_t = fp8          ? role(w, BufferRole::columnwise_data)
+                              : dequantized ? dequantize_to(w, w.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                                            : data(w);
+      const std::string dy_rows = dequantized ? dequantize_to(dy, dy.name + ".16bit") : data(dy);
       const DType d_type = staged ? DType::bf16 : dx->proto.dtype;
       const std::string d = staged ? add_workspace("dgrad_staging", TensorProto::dense(dx->proto.shape, DType::bf16)) : data(*dx);
       const int64_t tile_n = k % 256 == 0 && !block ? 256 : 128;
@@ -1666,7 +1693,7 @@ class StepLowering {
       Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n);
       l.args = {buf(w_t),
                 fp8 ? buf(role(w, block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv)) : LaunchArg{},
-                buf(data(dy)),
+                buf(dy_rows),
                 fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{},
                 LaunchArg{},
                 buf(data(splits)),
@@ -1675,7 +1702,10 @@ class StepLowering {
                 LaunchArg{}};
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (" +
-                              (fp8 ? "W's columnwise copy, read row-major" : "W as made, multiplied transposed") + ")" +
+                              (fp8           ? "W's columnwise copy, read row-major"
+                               : dequantized ? "W's columnwise MXFP8 copy dequantized to bf16, multiplied transposed"
+                                             : "W as made, multiplied transposed") +
+                              ")" +
                               std::string(block ? ", fp8-block scales applied per 128-deep step" : ""));
       if (staged) emit_row(load(d, DType::bf16, "dgrad staging"), *dx);
     }
@@ -1719,16 +1749,24 @@ class StepLowering {
       // Per tensor, a columnwise copy has its rowwise copy's scale_inv; blocks have their own.
       const BufferRole scales = block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv;
       const bool dy_columnwise = block || (fp8 && wgmma);
-      l.args = {buf(dy_columnwise ? role(dy_cols, BufferRole::columnwise_data) : data(dy)), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
-                buf(fp8 ? role(x, BufferRole::columnwise_data) : data(x)), fp8 ? buf(role(x, scales)) : LaunchArg{}, buf(data(splits)), buf(data(d)),
+      const std::string dy_t = dy_columnwise ? role(dy_cols, BufferRole::columnwise_data)
+                               : dequantized ? dequantize_to(dy_cols, dy_cols.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                                             : data(dy);
+      const std::string x_t = fp8 ? role(x, BufferRole::columnwise_data)
+                              : dequantized ? dequantize_to(x, x.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                                            : data(x);
+      l.args = {buf(dy_t), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
+                buf(x_t), fp8 ? buf(role(x, scales)) : LaunchArg{}, buf(data(splits)), buf(data(d)),
                 status_bit(TEC_STATUS_BAD_SPLITS)};
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (" +
                               std::string(wgmma && block ? "wgmma over both columnwise copies, each 128-row scale block summed apart and added in fp32"
                                           : wgmma && fp8 ? "wgmma over both columnwise copies, FP8 accumulation as the forward's"
+                                          : wgmma && dequantized ? "wgmma over bf16 copies dequantized from both columnwise MXFP8 copies"
                                           : wgmma ? "wgmma, both operands MN-major"
                                           : block ? "mma.sync, FP8 widened to fp16, each 128-row scale block summed apart"
                                           : fp8   ? "mma.sync, FP8 widened to fp16"
+                                          : dequantized ? "mma.sync over bf16 copies dequantized from both columnwise MXFP8 copies"
                                                   : "mma.sync") +
                               ")" + (main_grad ? ", added into '" + main_grad->name + "'" : std::string()));
     }

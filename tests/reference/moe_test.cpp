@@ -275,7 +275,7 @@ TEST_CASE("MoE graphs that cannot work are refused at compile time, naming the n
   }
 }
 
-TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed and fp8-block; mxfp8 names what it lacks") {
+TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8") {
   // examples/moe_tiny.json, or with a bias per expert in fc1.
   auto lowered = [](RecipeKind recipe, bool bias = false) {
     std::string model = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
@@ -348,9 +348,27 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
       CHECK(kernels(p, "fc1.backward") == Kernels{"tec_grouped_gemm", "tec_grouped_wgrad_sm90", "tec_column_partials", "tec_column_finish"});
     }
   }
-  for (const CompiledProfile& p : lowered(RecipeKind::mxfp8).profiles) {
-    CHECK_FALSE(p.gpu.supported);
-    CHECK(p.gpu.reason.find("is a grouped mxfp8 tensor with a columnwise copy") != std::string::npos);
+  // mxfp8: the experts' weights quantized as one tensor (members of 128 rows), the columnwise
+  // copy down the columns from the master; the backward's bf16 kernels on copies dequantized
+  // from W's, x's and dy's columnwise copies (TEC_DQ=8) and dy's rowwise one.
+  const CompileResult mx = lowered(RecipeKind::mxfp8);
+  for (const CompiledProfile& p : mx.profiles) {
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    const auto workspace = launches(p, "fc1.weight.workspace");
+    const auto columns = std::find_if(workspace.begin(), workspace.end(), [](const codegen::Launch* l) { return l->entry == "tec_mxfp8_quantize_columns"; });
+    REQUIRE(columns != workspace.end());
+    CHECK((*columns)->args.at(0).buffer == value_buffer_name("fc1.weight.master", BufferRole::data));
+    CHECK(kernels(p, "fc1.backward") == Kernels{"tec_row", "tec_row", "tec_grouped_gemm", "tec_row", "tec_row", "tec_grouped_wgrad_sm90"});
+    const std::set<std::string> dgrad = defines_of(mx, p, "fc1.backward", "tec_grouped_gemm");
+    CHECK(dgrad.count("TEC_BF16=1") == 1);
+    CHECK(dgrad.count("TEC_W_TRANSPOSED=1") == 1);
+    int columnwise_dequantizes = 0;
+    for (const codegen::Launch* l : launches(p, "fc1.backward")) {
+      if (l->entry != "tec_row") continue;
+      const auto& d = mx.code.modules.at(static_cast<size_t>(l->module)).defines;
+      columnwise_dequantizes += std::count(d.begin(), d.end(), "TEC_DQ=8");
+    }
+    CHECK(columnwise_dequantizes == 3);  // W for dgrad; x and dy for wgrad
   }
 }
 
