@@ -181,6 +181,26 @@ __device__ __forceinline__ u8 tec_float_to_e8m0_round_up(float v) {
   return (u8)exponent;
 }
 
+// LAYOUTS.md §4.2 step 1: a copy's global encode scale S_enc from its amax, as reference
+// nvfp4_global_encode_scale.
+__device__ __forceinline__ float tec_nvfp4_encode_scale(float global_amax) {
+  float s_enc = __fdiv_rn(448.0f * 6.0f, global_amax);
+  if (isinf(s_enc)) s_enc = 3.402823466e38f;
+  if (global_amax == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+  return s_enc;
+}
+
+// §4.2 steps 2-3: a block's E4M3 scale s_b from its amax, and the multiplier its elements take
+// before the E2M1 cast, as reference nvfp4_block (s_dec = 1 / s_enc).
+__device__ __forceinline__ u8 tec_nvfp4_block_scale(float block_amax, float s_enc, float s_dec, float& multiplier) {
+  float product = block_amax * (s_enc * __fdiv_rn(1.0f, 6.0f));
+  product = 3.402823466e38f < product ? 3.402823466e38f : product;
+  const u8 s_b = tec_encode_fp8_hardware<true>(product);
+  multiplier = __fdiv_rn(1.0f, tec_e4m3_to_float(s_b) * s_dec);
+  multiplier = 3.402823466e38f < multiplier ? 3.402823466e38f : multiplier;
+  return s_b;
+}
+
 // LAYOUTS.md §2.2 step 5: the encode multiplier 2^(127 - e) of E8M0 exponent e, exact in fp32
 // (e = 254: the subnormal 2^-127; e = 255: NaN), as the reference's ldexp.
 __device__ __forceinline__ float tec_mxfp8_multiplier(u8 e) {

@@ -1040,10 +1040,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 
 #elif TEC_OUT == 14
   // NVFP4 cast pass: 16 lanes per 1x16 block; the global encode scale from the tensor's amax.
-  const float global_amax = *(const float*)args.slot[5];
-  float s_enc = __fdiv_rn(448.0f * 6.0f, global_amax);
-  if (isinf(s_enc)) s_enc = 3.402823466e38f;
-  if (global_amax == 0.0f || s_enc == 0.0f) s_enc = 1.0f;
+  const float s_enc = tec_nvfp4_encode_scale(*(const float*)args.slot[5]);
   const float s_dec = __fdiv_rn(1.0f, s_enc);
   // Whole warps run every iteration (the shuffles need all 32 lanes); TEC_N % 16 == 0, so a
   // block of 16 is either all valid or all padding.
@@ -1053,11 +1050,8 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     const float v = valid ? tec_produce(args, row, c) : 0.0f;
     float local = fabsf(v);
     for (int offset = 8; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
-    float product = local * (s_enc * __fdiv_rn(1.0f, 6.0f));
-    product = 3.402823466e38f < product ? 3.402823466e38f : product;
-    const u8 s_b = tec_encode_fp8_hardware<true>(product);
-    float multiplier = __fdiv_rn(1.0f, tec_e4m3_to_float(s_b) * s_dec);
-    multiplier = 3.402823466e38f < multiplier ? 3.402823466e38f : multiplier;
+    float multiplier;
+    const u8 s_b = tec_nvfp4_block_scale(local, s_enc, s_dec, multiplier);
     const u8 code = tec_float_to_e2m1(v * multiplier);
     const u8 odd = (u8)__shfl_down_sync(0xFFFFFFFFu, (u32)code, 1);
     if (valid && (c & 1) == 0) ((u8*)args.slot[3])[row.r * (TEC_N / 2) + c / 2] = (u8)(code | (odd << 4));

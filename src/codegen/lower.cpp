@@ -230,7 +230,13 @@ class StepLowering {
   // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
   // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
   // only the cast pass runs.
-  void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr, bool rowwise_only = false) {
+  // What emit_row writes of a quantized value: every copy it has, only the rowwise one (the
+  // columnwise one made apart), or for NVFP4 only the tensor's amax (a weight's 16x16 tiles
+  // are written by kernels/nvfp4_columns.cu, both ways).
+  enum class Copies { all, rowwise, amax };
+
+  void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr, Copies copies = Copies::all) {
+    const bool rowwise_only = copies != Copies::all;
     const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows();
     const int64_t cols = producer.cols ? producer.cols : v.proto.shape.cols();
     const Quantizer* block = v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block ? &*v.proto.quantizer : nullptr;
@@ -238,6 +244,9 @@ class StepLowering {
       return emit_block_copies(producer, v, rows, cols);
     if (v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8 && v.proto.usage.columnwise && !rowwise_only)
       return emit_mxfp8_copies(producer, v, rows, cols);
+    if (v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::nvfp4 && !rowwise_only &&
+        (v.proto.usage.columnwise || v.proto.quantizer->block_rows == 16))
+      return emit_nvfp4_copies(producer, v, rows, cols);
     // A columnwise copy (training: wgrad's x and dy, dgrad's W) of a per-tensor FP8 tensor is
     // its rowwise codes transposed (LAYOUTS.md 1.1), made by a transpose kernel afterwards.
     const bool transposed_copy = v.proto.quantizer && v.proto.usage.columnwise && !rowwise_only;
@@ -245,8 +254,7 @@ class StepLowering {
       const QuantizerKind kind = v.proto.quantizer->kind;
       if (kind != QuantizerKind::fp8_current && kind != QuantizerKind::fp8_delayed)
         throw NotLowered{"'" + v.name + "' needs a columnwise " + std::string(tec::to_string(kind)) +
-                         " copy (training); the GPU makes columnwise copies of FP8 per tensor, in blocks and MXFP8 "
-                         "(fp8-current, fp8-delayed, fp8-block, mxfp8) only so far; nvfp4 trains on the CPU reference"};
+                         " copy (training); the GPU makes columnwise copies of FP8 per tensor, in blocks, MXFP8 and NVFP4 only"};
       if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise FP8 copy without a rowwise one"};
     }
     // A grouped tensor made on the GPU (a train plan's expert weights, from their masters) is
@@ -336,14 +344,15 @@ class StepLowering {
           slots[4] = buf(role(v, BufferRole::scale_inv));
           break;
         case QuantizerKind::nvfp4:
-          if (q.block_rows != 1) throw NotLowered{"'" + v.name + "' uses 2-D NVFP4, which only constant weights get"};
+          if (q.block_rows != 1 && copies != Copies::amax)
+            throw NotLowered{"'" + v.name + "' uses 2-D NVFP4, whose tiles kernels/nvfp4_columns.cu writes"};
           defines.push_back("TEC_OUT=14");
           split_rows = false;
           slots[4] = buf(role(v, BufferRole::scale_inv));
           slots[5] = buf(role(v, BufferRole::amax));
           memset(slots[4].buffer);
           memset(slots[5].buffer);
-          passes = {1, 2};
+          passes = copies == Copies::amax ? std::vector<int>{1} : std::vector<int>{1, 2};
           break;
       }
     }
@@ -399,7 +408,7 @@ class StepLowering {
       out_.push_back(std::move(l));
       return;
     }
-    if (rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, /*rowwise_only=*/true);
+    if (rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, Copies::rowwise);
     memset(role(v, BufferRole::columnwise_scale_inv));
     l.entry = "tec_block_quantize_columns";
     l.grid = {(cols + kBlock - 1) / kBlock, (rows + kBlock - 1) / kBlock, 1};
@@ -441,7 +450,7 @@ class StepLowering {
     if (rows % 32 != 0)
       throw NotLowered{"'" + v.name + "' has " + std::to_string(rows) + " rows; MXFP8's columnwise copy needs a multiple of 32"};
     const std::string source = fp32_values(producer, v, rows, cols);
-    if (v.proto.usage.rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, /*rowwise_only=*/true);
+    if (v.proto.usage.rowwise) emit_row(load(source, DType::fp32, "staging"), v, nullptr, Copies::rowwise);
     memset(role(v, BufferRole::columnwise_scale_inv));  // the padding, zero as the reference leaves it
     constexpr int64_t kThreads = 256, kBlockRows = 32;
     Launch l;
@@ -456,6 +465,43 @@ class StepLowering {
     l.block = {kThreads, 1, 1};
     l.early_launch = true;
     l.args = {buf(source), buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv))};
+    out_.push_back(std::move(l));
+  }
+
+  // NVFP4's columnwise copy (x^T in 1x16 blocks, packed transposed; training: dgrad's W, wgrad's
+  // x and dy) and a weight's 16x16 tiles in both directions, by kernels/nvfp4_columns.cu from the
+  // fp32 values, after the row kernel's amax pass (both copies share the tensor's amax: no RHT);
+  // a 1x16 rowwise copy by the row kernel's cast pass from the same values.
+  void emit_nvfp4_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
+    const Quantizer& q = *v.proto.quantizer;
+    if (v.proto.is_grouped() && v.proto.group_members > 1)
+      throw NotLowered{"'" + v.name + "' is a grouped nvfp4 tensor made every run (a train plan's expert weights); the GPU makes "
+                       "grouped NVFP4 copies only of constants so far, so nvfp4 MoE layers train on the CPU reference"};
+    if (q.block_rows != 1 && q.block_rows != 16) throw NotLowered{"'" + v.name + "' uses NVFP4 in " + q.str() + " blocks"};
+    if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise NVFP4 copy without a rowwise one, whose amax it shares"};
+    if (rows % 16 != 0 || cols % 16 != 0)
+      throw NotLowered{"'" + v.name + "' is [" + std::to_string(rows) + ", " + std::to_string(cols) + "]; NVFP4's copies need both % 16"};
+    const bool two_d = q.block_rows == 16, columnwise = v.proto.usage.columnwise;
+    const std::string source = fp32_values(producer, v, rows, cols);
+    emit_row(load(source, DType::fp32, "staging"), v, nullptr, two_d ? Copies::amax : Copies::rowwise);
+    if (columnwise) memset(role(v, BufferRole::columnwise_scale_inv));  // the padding, zero as the reference leaves it
+    constexpr int64_t kThreads = 256, kBlockRows = 16;
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"nvfp4_columns.cu",
+                                          {"TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
+                                           "TEC_TWO_D=" + std::string(two_d ? "1" : "0"), "TEC_ROWWISE=" + std::string(two_d ? "1" : "0"),
+                                           "TEC_COLUMNWISE=" + std::string(columnwise ? "1" : "0")},
+                                          ""});
+    l.entry = "tec_nvfp4_quantize_columns";
+    l.grid = {rows / kBlockRows, (cols + kThreads - 1) / kThreads, 1};  // x: grid x has room for any row count
+    l.block = {kThreads, 1, 1};
+    l.early_launch = true;
+    auto opt = [&](bool present, BufferRole r) { return present ? buf(role(v, r)) : LaunchArg{}; };
+    l.args = {buf(source), buf(role(v, BufferRole::amax)), opt(columnwise, BufferRole::columnwise_data),
+              opt(columnwise, BufferRole::columnwise_scale_inv), opt(columnwise, BufferRole::columnwise_amax),
+              opt(two_d, BufferRole::data), opt(two_d, BufferRole::scale_inv)};
     out_.push_back(std::move(l));
   }
 
@@ -552,11 +598,15 @@ class StepLowering {
   }
 
   // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot
-  // take: from its rowwise copy, or from its columnwise one (MXFP8, whose copy is [M, K] too).
+  // take: from its rowwise copy, or from its columnwise one: [M, K] as the value under MXFP8, its
+  // transpose [K, M] under NVFP4 (LAYOUTS.md 2.1, 4.1).
   std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16, bool columnwise = false) {
-    const std::string out = add_workspace(workspace, TensorProto::dense(v.proto.shape, dtype));
-    emit_row_to(columnwise ? dequantize_columnwise_producer(v) : dequantize_producer(v), v.proto.shape.rows(),
-                v.proto.shape.cols(), out, dtype);
+    const bool transposed = columnwise && v.proto.quantizer->kind == QuantizerKind::nvfp4;
+    const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
+    const std::string out =
+        add_workspace(workspace, transposed ? TensorProto::dense(Shape{cols, rows}, dtype) : TensorProto::dense(v.proto.shape, dtype));
+    emit_row_to(columnwise ? dequantize_columnwise_producer(v) : dequantize_producer(v), transposed ? cols : rows, transposed ? rows : cols,
+                out, dtype);
     return out;
   }
 
@@ -573,11 +623,14 @@ class StepLowering {
 
   Producer dequantize_columnwise_producer(const Value& v) {
     const Quantizer& q = *v.proto.quantizer;
-    if (q.kind != QuantizerKind::mxfp8 || q.block_rows != 1 || !v.proto.usage.columnwise)
-      throw NotLowered{"'" + v.name + "': the GPU dequantizes columnwise copies of 1-D MXFP8 tensors only"};
+    const bool nvfp4 = q.kind == QuantizerKind::nvfp4;
+    if (!v.proto.usage.columnwise || !(nvfp4 || (q.kind == QuantizerKind::mxfp8 && q.block_rows == 1)))
+      throw NotLowered{"'" + v.name + "': the GPU dequantizes columnwise copies of 1-D MXFP8 and of NVFP4 tensors only"};
     Producer p;
-    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"), "TEC_DQ=8"};
-    p.inputs = {buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv)), {}};
+    // NVFP4's copy is x^T quantized as a rowwise copy is, so the rowwise dequantize reads it.
+    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"), nvfp4 ? "TEC_DQ=5" : "TEC_DQ=8"};
+    p.inputs = {buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv)),
+                nvfp4 ? buf(role(v, BufferRole::columnwise_amax)) : LaunchArg{}};
     return p;
   }
 
@@ -1071,15 +1124,21 @@ class StepLowering {
     const auto [accumulated, main_grad] = fused_main_grad_add(dw);
     const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
     auto is_block = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block; };
-    // MXFP8 has no cuBLASLt GEMM on sm_90: its operands are dequantized to bf16, as the forward's.
-    auto is_mxfp8 = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8; };
+    // MXFP8 and NVFP4 have no cuBLASLt GEMM on sm_90: their operands are dequantized to bf16, as the forward's.
+    auto dequantized = [](const Value& v) {
+      return v.proto.quantizer && (v.proto.quantizer->kind == QuantizerKind::mxfp8 || v.proto.quantizer->kind == QuantizerKind::nvfp4);
+    };
     for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
-      if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v) && !is_mxfp8(*v))
+      if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v) && !dequantized(*v))
         throw NotLowered{"backward of linear '" + n.name + "' reads " + v->proto.quantizer->str() + " '" + v->name +
-                         "'; the GPU's backward GEMMs take FP8 per tensor, in blocks or MXFP8, or 16-bit operands, so far"};
-    if (is_mxfp8(x) || is_mxfp8(w) || is_mxfp8(dy_rows))
-      step_.fusions.push_back("gpu: mxfp8 has no cuBLASLt GEMM on sm_90: the backward's operands (dgrad's W and wgrad's x and dy "
-                              "from their columnwise copies) dequantized to bf16, bf16 GEMMs");
+                         "'; the GPU's backward GEMMs take FP8 per tensor, in blocks, MXFP8 or NVFP4, or 16-bit operands, so far"};
+    for (const Value* v : {&x, &w, &dy_rows})
+      if (dequantized(*v)) {
+        step_.fusions.push_back("gpu: " + std::string(tec::to_string(v->proto.quantizer->kind)) +
+                                " has no cuBLASLt GEMM on sm_90: the backward's operands (dgrad's W and wgrad's x and dy from their "
+                                "columnwise copies) dequantized to bf16, bf16 GEMMs");
+        break;
+      }
     // cuBLASLt's scale mode of a quantized operand: one scale, 1x128 blocks along K (VEC128) or
     // 128x128 tiles (a weight's, either direction).
     auto scale_mode = [&](const Value& v) -> std::string {
@@ -1089,14 +1148,17 @@ class StepLowering {
     // The operand whose [rows, k] matrix is `v` transposed: an FP8 tensor's columnwise copy (a
     // block-scaled one with its own scales), a 16-bit one read transposed.
     auto transposed = [&](const Value& v) -> GemmOperand {
-      if (is_mxfp8(v)) return {dequantize_to(v, v.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true), DType::bf16, "", "none", true};
+      // MXFP8's columnwise copy is [M, K] as v, read transposed; NVFP4's holds v^T.
+      if (dequantized(v))
+        return {dequantize_to(v, v.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true), DType::bf16, "", "none",
+                v.proto.quantizer->kind == QuantizerKind::mxfp8};
       if (v.proto.quantizer)
         return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype,
                 role(v, is_block(v) ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", true};
     };
     auto as_is = [&](const Value& v) -> GemmOperand {
-      if (is_mxfp8(v)) return {dequantize_to(v, v.name + ".16bit"), DType::bf16, "", "none", false};
+      if (dequantized(v)) return {dequantize_to(v, v.name + ".16bit"), DType::bf16, "", "none", false};
       if (v.proto.quantizer) return {data(v), v.proto.quantizer->dtype, role(v, BufferRole::scale_inv), scale_mode(v), false};
       return {data(v), v.proto.dtype, "", "none", false};
     };

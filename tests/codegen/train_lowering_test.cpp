@@ -1,6 +1,6 @@
 // The GPU lowering of train plans, on a machine with no GPU (ARCHITECTURE.md §6, §12): which
-// launches a training step becomes, what each backward GEMM reads and writes, and that the
-// recipes without a GPU path yet say why. tests/gpu/train_gpu_test.cpp runs these on the GPU.
+// launches a training step becomes and what each backward GEMM reads and writes.
+// tests/gpu/train_gpu_test.cpp runs these on the GPU.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -54,9 +54,10 @@ std::string columnwise(const std::string& value) { return value_buffer_name(valu
 
 }  // namespace
 
-TEST_CASE("train plans of the examples lower to the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8, with AdamW too") {
+TEST_CASE("train plans of the examples lower to the GPU under every training recipe, with AdamW too") {
   for (const char* model : {"mlp_tiny.json", "swiglu_mlp.json"})
-    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block, RecipeKind::mxfp8})
+    for (RecipeKind recipe :
+         {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block, RecipeKind::mxfp8, RecipeKind::nvfp4})
       for (auto optimizer : {TrainOptions::Optimizer::none, TrainOptions::Optimizer::adamw}) {
         CAPTURE(model);
         CAPTURE(to_string(recipe));
@@ -257,13 +258,37 @@ TEST_CASE("mxfp8 backward GEMMs multiply bf16 copies dequantized from W's and x'
   CHECK(wgrad.c == data("fc2.weight.main_grad"));
 }
 
-TEST_CASE("train plans under nvfp4 have no GPU code yet, and say why") {
+TEST_CASE("nvfp4 weights get their 16x16 tiles both ways in one kernel; its backward GEMMs multiply bf16 copies of the transposed copies") {
   const CompileResult r = lowered_train("mlp_tiny.json", RecipeKind::nvfp4);
   const CompiledProfile& p = r.profiles.at(0);
-  CHECK_FALSE(p.gpu.supported);
-  CHECK(p.gpu.reason.find("columnwise nvfp4 copy") != std::string::npos);
-  CHECK(p.gpu.reason.find("nvfp4 trains on the CPU reference") != std::string::npos);
-  CHECK(p.gpu.step == "fc1.weight.workspace");
+  REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+  auto defines = [&](const Launch* l) { return r.code.modules.at(static_cast<size_t>(l->module)).defines; };
+  auto has = [](const std::vector<std::string>& d, const std::string& define) { return std::find(d.begin(), d.end(), define) != d.end(); };
+  // The row kernel's amax pass alone (its 1x16 cast would be wrong for tiles), then both copies.
+  const std::vector<const Launch*> workspace = launches_of(p, "fc1.weight.workspace");
+  const auto tiles = std::find_if(workspace.begin(), workspace.end(), [](const Launch* l) { return l->entry == "tec_nvfp4_quantize_columns"; });
+  REQUIRE(tiles != workspace.end());
+  CHECK(has(defines(*tiles), "TEC_TWO_D=1"));
+  CHECK((*tiles)->args.at(0).buffer == data("fc1.weight.master"));
+  CHECK((*tiles)->args.at(2).buffer == columnwise("fc1.weight"));
+  CHECK((*tiles)->args.at(5).buffer == data("fc1.weight"));
+  int cast_passes = 0;
+  for (const Launch* l : workspace)
+    if (l->entry == "tec_row") cast_passes += has(defines(l), "TEC_PASS=2");
+  CHECK(cast_passes == 0);
+  // Activations: 1x16 rowwise by the row kernel, the columnwise copy by the new kernel, 1-D.
+  const std::vector<const Launch*> act = launches_of(p, "act");
+  const auto act_columns = std::find_if(act.begin(), act.end(), [](const Launch* l) { return l->entry == "tec_nvfp4_quantize_columns"; });
+  REQUIRE(act_columns != act.end());
+  CHECK(has(defines(*act_columns), "TEC_TWO_D=0"));
+  // The copies hold x^T, dequantized as such: the GEMMs read them as they are, not transposed.
+  const std::vector<const GemmLaunch*> gemms = gemms_of(p, "fc2.backward+fc2.weight.main_grad@1");
+  REQUIRE(gemms.size() == 2);
+  CHECK(gemms[0]->a.type == DType::bf16);
+  CHECK_FALSE(gemms[0]->a.transposed);
+  CHECK(gemms[0]->a.buffer != data("fc2.weight"));
+  CHECK_FALSE(gemms[1]->a.transposed);
+  CHECK_FALSE(gemms[1]->b.transposed);
 }
 
 }  // namespace tec::codegen

@@ -275,7 +275,7 @@ TEST_CASE("MoE graphs that cannot work are refused at compile time, naming the n
   }
 }
 
-TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8") {
+TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8; nvfp4 names what it lacks") {
   // examples/moe_tiny.json, or with a bias per expert in fc1.
   auto lowered = [](RecipeKind recipe, bool bias = false) {
     std::string model = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
@@ -369,6 +369,10 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
       columnwise_dequantizes += std::count(d.begin(), d.end(), "TEC_DQ=8");
     }
     CHECK(columnwise_dequantizes == 3);  // W for dgrad; x and dy for wgrad
+  }
+  for (const CompiledProfile& p : lowered(RecipeKind::nvfp4).profiles) {
+    CHECK_FALSE(p.gpu.supported);
+    CHECK(p.gpu.reason.find("is a grouped nvfp4 tensor made every run") != std::string::npos);
   }
 }
 
