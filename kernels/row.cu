@@ -202,6 +202,14 @@ __device__ __forceinline__ float tec_elementwise(float x, float y) {
 }
 #endif
 
+// Element `index` of an NVFP4 row (packed E2M1, element 2b in byte b's low nibble) with its
+// block's E4M3 scale and the copy's global amax, as reference dequantize (LAYOUTS.md §4.2 step 5).
+__device__ __forceinline__ float tec_nvfp4_value(const u8* row_data, i64 index, u8 s_b, float amax) {
+  const u8 byte = row_data[index / 2];
+  const u8 code = (index % 2 == 0) ? (byte & 0xF) : (byte >> 4);
+  return (float)((double)tec_e2m1_to_float(code) * (double)tec_e4m3_to_float(s_b) * ((double)amax / (6.0 * 448.0)));
+}
+
 // Element i of row r, in fp32.
 __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& row, i64 i) {
   const void* in0 = (const void*)args.slot[0];
@@ -341,16 +349,18 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[r];
 #elif TEC_DQ == 7
   return tec_decode_fp8(data[r * TEC_N + c]) * ((const float*)in1)[r * (TEC_N / TEC_DQ_BLOCK) + c / TEC_DQ_BLOCK];
+#elif TEC_DQ == 9
+  // NVFP4's columnwise copy read back in x's shape: element (r, c) is x^T's (c, r), a row of
+  // row.rows / 2 bytes (strided reads: the wgrad operands of a grouped layer, whose kernel
+  // takes 16-bit operands in x's shape only).
+  return tec_nvfp4_value(data + c * (row.rows / 2), r, ((const u8*)in1)[c * ((row.rows / 16 + 3) / 4 * 4) + r / 16], *(const float*)in2);
 #else
-  const u8 byte = data[r * (TEC_N / 2) + c / 2];
-  const u8 code = (c % 2 == 0) ? (byte & 0xF) : (byte >> 4);
-  const u8 s_b = ((const u8*)in1)[r * ((TEC_N / 16 + 3) / 4 * 4) + c / 16];
 #ifdef TEC_DQ_MEMBER_ROWS  // a grouped weight: each member (TEC_DQ_MEMBER_ROWS rows) has its own amax
-  const double global = (double)((const float*)in2)[r / TEC_DQ_MEMBER_ROWS] / (6.0 * 448.0);
+  const float amax = ((const float*)in2)[r / TEC_DQ_MEMBER_ROWS];
 #else
-  const double global = (double)*(const float*)in2 / (6.0 * 448.0);
+  const float amax = *(const float*)in2;
 #endif
-  return (float)((double)tec_e2m1_to_float(code) * (double)tec_e4m3_to_float(s_b) * global);
+  return tec_nvfp4_value(data + r * (TEC_N / 2), c, ((const u8*)in1)[r * ((TEC_N / 16 + 3) / 4 * 4) + c / 16], amax);
 #endif
 #endif
 }

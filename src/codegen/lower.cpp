@@ -263,11 +263,12 @@ class StepLowering {
     if (members > 1) {
       const QuantizerKind kind = v.proto.quantizer->kind;
       const bool per_tensor = kind == QuantizerKind::fp8_current || kind == QuantizerKind::fp8_delayed;
-      if ((!per_tensor && !mxfp8_members_as_one(v, rows)) || amax_done)
+      const bool nvfp4_amax = kind == QuantizerKind::nvfp4 && copies == Copies::amax;  // each member's, before its tiles
+      if ((!per_tensor && !nvfp4_amax && !mxfp8_members_as_one(v, rows)) || amax_done)
         throw NotLowered{"'" + v.name + "' is a grouped " + std::string(tec::to_string(kind)) +
                          " tensor made every run (a train plan's expert weights); the GPU quantizes those per member under "
-                         "fp8-current and fp8-delayed, in 128x128 blocks under fp8-block, and under mxfp8 when each member's "
-                         "rows are a multiple of 128, so far"};
+                         "fp8-current and fp8-delayed, in 128x128 blocks under fp8-block, under mxfp8 when each member's "
+                         "rows are a multiple of 128, and in 16x16 tiles under nvfp4, so far"};
       for (BufferRole r : {BufferRole::data, BufferRole::scale_inv}) (void)packed_member_bytes(v, r);
       if (transposed_copy) (void)packed_member_bytes(v, BufferRole::columnwise_data);
     }
@@ -347,6 +348,7 @@ class StepLowering {
           if (q.block_rows != 1 && copies != Copies::amax)
             throw NotLowered{"'" + v.name + "' uses 2-D NVFP4, whose tiles kernels/nvfp4_columns.cu writes"};
           defines.push_back("TEC_OUT=14");
+          if (members > 1) defines.push_back("TEC_MEMBER_ROWS=" + std::to_string(rows / members) + "LL");
           split_rows = false;
           slots[4] = buf(role(v, BufferRole::scale_inv));
           slots[5] = buf(role(v, BufferRole::amax));
@@ -474,9 +476,12 @@ class StepLowering {
   // a 1x16 rowwise copy by the row kernel's cast pass from the same values.
   void emit_nvfp4_copies(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
     const Quantizer& q = *v.proto.quantizer;
-    if (v.proto.is_grouped() && v.proto.group_members > 1)
-      throw NotLowered{"'" + v.name + "' is a grouped nvfp4 tensor made every run (a train plan's expert weights); the GPU makes "
-                       "grouped NVFP4 copies only of constants so far, so nvfp4 MoE layers train on the CPU reference"};
+    // A grouped weight (an MoE layer's experts) is quantized per member, as the reference does:
+    // grid z is the member, each with its own amax and its own transposed copy.
+    const int64_t members = v.proto.is_grouped() ? v.proto.group_members : 1;
+    if (members > 1 && (q.block_rows != 16 || rows % members != 0 || (rows / members) % 128 != 0))
+      throw NotLowered{"grouped '" + v.name + "' in " + q.str() + ": the GPU quantizes grouped NVFP4 tensors in 16x16 tiles, members of "
+                       "a multiple of 128 rows, only"};
     if (q.block_rows != 1 && q.block_rows != 16) throw NotLowered{"'" + v.name + "' uses NVFP4 in " + q.str() + " blocks"};
     if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has a columnwise NVFP4 copy without a rowwise one, whose amax it shares"};
     if (rows % 16 != 0 || cols % 16 != 0)
@@ -489,16 +494,23 @@ class StepLowering {
     Launch l;
     l.kind = Launch::Kind::kernel;
     l.step = index_;
-    l.module = modules_.add(KernelRequest{"nvfp4_columns.cu",
-                                          {"TEC_ROWS=" + std::to_string(rows) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
-                                           "TEC_TWO_D=" + std::string(two_d ? "1" : "0"), "TEC_ROWWISE=" + std::string(two_d ? "1" : "0"),
-                                           "TEC_COLUMNWISE=" + std::string(columnwise ? "1" : "0")},
-                                          ""});
+    std::vector<std::string> defines = {"TEC_ROWS=" + std::to_string(rows / members) + "LL", "TEC_COLS=" + std::to_string(cols) + "LL",
+                                        "TEC_TWO_D=" + std::string(two_d ? "1" : "0"), "TEC_ROWWISE=" + std::string(two_d ? "1" : "0"),
+                                        "TEC_COLUMNWISE=" + std::string(columnwise ? "1" : "0")};
+    if (members > 1)  // bytes from one member's buffer to the next's, per role
+      for (const auto& [present, r, name] : {std::tuple{columnwise, BufferRole::columnwise_data, "TEC_MEMBER_COLUMNWISE_DATA"},
+                                             std::tuple{columnwise, BufferRole::columnwise_scale_inv, "TEC_MEMBER_COLUMNWISE_SCALES"},
+                                             std::tuple{true, BufferRole::data, "TEC_MEMBER_DATA"},
+                                             std::tuple{true, BufferRole::scale_inv, "TEC_MEMBER_SCALES"}})
+        if (present) defines.push_back(std::string(name) + "=" + std::to_string(packed_member_bytes(v, r)) + "LL");
+    l.module = modules_.add(KernelRequest{"nvfp4_columns.cu", std::move(defines), ""});
     l.entry = "tec_nvfp4_quantize_columns";
-    l.grid = {rows / kBlockRows, (cols + kThreads - 1) / kThreads, 1};  // x: grid x has room for any row count
+    l.grid = {rows / members / kBlockRows, (cols + kThreads - 1) / kThreads, members};  // x: grid x has room for any row count
     l.block = {kThreads, 1, 1};
     l.early_launch = true;
     auto opt = [&](bool present, BufferRole r) { return present ? buf(role(v, r)) : LaunchArg{}; };
+    if (members > 1 && (packed_member_bytes(v, BufferRole::amax) != 4 || (columnwise && packed_member_bytes(v, BufferRole::columnwise_amax) != 4)))
+      throw NotLowered{"grouped '" + v.name + "': its members' NVFP4 amaxes are not one float each, packed"};
     l.args = {buf(source), buf(role(v, BufferRole::amax)), opt(columnwise, BufferRole::columnwise_data),
               opt(columnwise, BufferRole::columnwise_scale_inv), opt(columnwise, BufferRole::columnwise_amax),
               opt(two_d, BufferRole::data), opt(two_d, BufferRole::scale_inv)};
@@ -597,16 +609,29 @@ class StepLowering {
     return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
   }
 
-  // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot
-  // take: from its rowwise copy, or from its columnwise one: [M, K] as the value under MXFP8, its
-  // transpose [K, M] under NVFP4 (LAYOUTS.md 2.1, 4.1).
-  std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16, bool columnwise = false) {
-    const bool transposed = columnwise && v.proto.quantizer->kind == QuantizerKind::nvfp4;
-    const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols();
-    const std::string out =
-        add_workspace(workspace, transposed ? TensorProto::dense(Shape{cols, rows}, dtype) : TensorProto::dense(v.proto.shape, dtype));
-    emit_row_to(columnwise ? dequantize_columnwise_producer(v) : dequantize_producer(v), transposed ? cols : rows, transposed ? rows : cols,
-                out, dtype);
+  // Which copy of a quantized value a dequantize reads, and in what shape it writes it: the
+  // rowwise copy; the columnwise copy as stored ([M, K] as the value under MXFP8, its transpose
+  // [K, M] under NVFP4, each member transposed on its own for a grouped weight: LAYOUTS.md 2.1,
+  // 4.1, 5); or the columnwise copy's values in the value's own shape.
+  enum class Copy { rowwise, columnwise, columnwise_as_value };
+
+  // A quantized value dequantized into a bf16 (or fp32) workspace, for the GEMMs cuBLASLt cannot take.
+  std::string dequantize_to(const Value& v, const std::string& workspace, DType dtype = DType::bf16, Copy copy = Copy::rowwise) {
+    const bool nvfp4 = v.proto.quantizer->kind == QuantizerKind::nvfp4;
+    const bool transposed = copy == Copy::columnwise && nvfp4;
+    const int64_t members = v.proto.is_grouped() ? v.proto.group_members : 1;
+    const int64_t rows = v.proto.shape.rows(), cols = v.proto.shape.cols(), member_rows = rows / members;
+    Producer p = copy == Copy::rowwise ? dequantize_producer(v) : dequantize_columnwise_producer(v, copy == Copy::columnwise_as_value);
+    // Out: [rows, cols], or the members' transposes [members x cols, member_rows].
+    const int64_t out_rows = transposed ? members * cols : rows, out_cols = transposed ? member_rows : cols;
+    if (transposed && members > 1) {
+      // The members' scale rows (roundup(cols, 128) each) concatenate as one tensor's when cols % 128 == 0.
+      for (const GroupedBuffer& b : GroupedTensor::uniform(v.proto).buffers()) (void)packed_member_bytes(v, b);
+      if (cols % 128 != 0) throw NotLowered{"grouped '" + v.name + "': its NVFP4 members' transposes need " + std::to_string(cols) + " % 128 == 0"};
+      p.defines.push_back("TEC_DQ_MEMBER_ROWS=" + std::to_string(cols) + "LL");  // each member's own amax
+    }
+    const std::string out = add_workspace(workspace, TensorProto::dense(Shape{out_rows, out_cols}, dtype));
+    emit_row_to(p, out_rows, out_cols, out, dtype);
     return out;
   }
 
@@ -621,14 +646,18 @@ class StepLowering {
                     rows, cols, producer.per_element ? row_chunks(rows, cols) : 1);
   }
 
-  Producer dequantize_columnwise_producer(const Value& v) {
+  Producer dequantize_columnwise_producer(const Value& v, bool as_value) {
     const Quantizer& q = *v.proto.quantizer;
     const bool nvfp4 = q.kind == QuantizerKind::nvfp4;
     if (!v.proto.usage.columnwise || !(nvfp4 || (q.kind == QuantizerKind::mxfp8 && q.block_rows == 1)))
       throw NotLowered{"'" + v.name + "': the GPU dequantizes columnwise copies of 1-D MXFP8 and of NVFP4 tensors only"};
+    if (nvfp4 && as_value && v.proto.is_grouped() && v.proto.group_members > 1)
+      throw NotLowered{"grouped '" + v.name + "': its NVFP4 columnwise copy is read back transposed only"};
     Producer p;
-    // NVFP4's copy is x^T quantized as a rowwise copy is, so the rowwise dequantize reads it.
-    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"), nvfp4 ? "TEC_DQ=5" : "TEC_DQ=8"};
+    // NVFP4's copy is x^T quantized as a rowwise copy is, so the rowwise dequantize reads it as
+    // stored; TEC_DQ=9 reads it back in x's shape.
+    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
+                 !nvfp4 ? "TEC_DQ=8" : as_value ? "TEC_DQ=9" : "TEC_DQ=5"};
     p.inputs = {buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv)),
                 nvfp4 ? buf(role(v, BufferRole::columnwise_amax)) : LaunchArg{}};
     return p;
@@ -1150,7 +1179,7 @@ class StepLowering {
     auto transposed = [&](const Value& v) -> GemmOperand {
       // MXFP8's columnwise copy is [M, K] as v, read transposed; NVFP4's holds v^T.
       if (dequantized(v))
-        return {dequantize_to(v, v.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true), DType::bf16, "", "none",
+        return {dequantize_to(v, v.name + ".columnwise_16bit", DType::bf16, Copy::columnwise), DType::bf16, "", "none",
                 v.proto.quantizer->kind == QuantizerKind::mxfp8};
       if (v.proto.quantizer)
         return {role(v, BufferRole::columnwise_data), v.proto.quantizer->dtype,
@@ -1694,12 +1723,15 @@ class StepLowering {
       const auto& q = v.proto.quantizer;
       return q && q->kind == QuantizerKind::fp8_block && q->block_rows == block_rows && q->block_cols == 128;
     };
-    // MXFP8: tec's grouped kernels read no 32-element block scales, so the operands are
-    // dequantized to bf16 (dgrad's W and dy from W's columnwise and dy's rowwise copy, wgrad's
-    // x and dy from their columnwise copies; the copies are [rows, k] as the tensors) and the
-    // bf16 kernels run on them.
-    auto is_mxfp8 = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::mxfp8; };
-    const bool dequantized = is_mxfp8(x) && is_mxfp8(w) && is_mxfp8(dy) && is_mxfp8(dy_cols);
+    // MXFP8 and NVFP4: tec's grouped kernels read no 32- or 16-element block scales, so the
+    // operands are dequantized to bf16 (dgrad's W and dy from W's columnwise and dy's rowwise
+    // copy, wgrad's x and dy from their columnwise copies, in their own shape) and the bf16
+    // kernels run on them. NVFP4's W copy holds each member transposed, W^T as the FP8 one does.
+    const std::optional<QuantizerKind> kind = x.proto.quantizer ? std::optional(x.proto.quantizer->kind) : std::nullopt;
+    auto same_kind = [&](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == *kind; };
+    const bool dequantized = kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4) && same_kind(w) && same_kind(dy) &&
+                             same_kind(dy_cols);
+    const bool w_transposed_copy = dequantized && *kind == QuantizerKind::nvfp4;
     // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor or in blocks.
     auto type_code = [&](const Value& v, int64_t block_rows) {
       if ((!v.proto.quantizer && v.proto.dtype == DType::bf16) || dequantized) return 0;
@@ -1707,7 +1739,7 @@ class StepLowering {
         return v.proto.quantizer->dtype == DType::fp8_e4m3 ? 3 : 4;
       throw NotLowered{where + " reads " + (v.proto.quantizer ? v.proto.quantizer->str() : std::string(tec::to_string(v.proto.dtype))) + " '" +
                        v.name + "'; the GPU's grouped backward takes bf16, per-tensor FP8 (fp8-current, fp8-delayed), fp8-block and "
-                       "(dequantized to bf16) mxfp8 so far"};
+                       "(dequantized to bf16) mxfp8 and nvfp4 so far"};
     };
     const int x_type = type_code(x, 1), w_type = type_code(w, 128), dy_type = type_code(dy, 1);
     if ((x_type == 0) != (w_type == 0) || (x_type == 0) != (dy_type == 0) || (w_type != 0 && w_type != 3))
@@ -1736,7 +1768,7 @@ class StepLowering {
       // bf16 weight read as it is, [n_out, k], and multiplied transposed (MN-major).
       (void)packed_member_bytes(w, fp8 ? BufferRole::columnwise_data : BufferRole::data);
       const std::string w_t = fp8          ? role(w, BufferRole::columnwise_data)
-                              : dequantized ? dequantize_to(w, w.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                              : dequantized ? dequantize_to(w, w.name + ".columnwise_16bit", DType::bf16, Copy::columnwise)
                                             : data(w);
       const std::string dy_rows = dequantized ? dequantize_to(dy, dy.name + ".16bit") : data(dy);
       const DType d_type = staged ? DType::bf16 : dx->proto.dtype;
@@ -1746,7 +1778,7 @@ class StepLowering {
                                           "TEC_E=" + std::to_string(experts), "TEC_ROWS=" + std::to_string(rows) + "LL",
                                           "TEC_BF16=" + std::string(fp8 ? "0" : "1"), "TEC_BIAS=0", "TEC_OUT=" + std::string(d_type == DType::fp32 ? "2" : "0"),
                                           "TEC_AMAX=0", "TEC_X_E5M2=" + std::string(dy_type == 4 ? "1" : "0"),
-                                          "TEC_W_ROW_MAJOR=1", "TEC_W_TRANSPOSED=" + std::string(fp8 ? "0" : "1")};
+                                          "TEC_W_ROW_MAJOR=1", "TEC_W_TRANSPOSED=" + std::string(fp8 || w_transposed_copy ? "0" : "1")};
       // W^T's 128x128 scales: W's columnwise scale_inv, each member [k / 128, roundup(n_out / 128, 4)].
       if (block)
         defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
@@ -1765,6 +1797,7 @@ class StepLowering {
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (" +
                               (fp8           ? "W's columnwise copy, read row-major"
+                               : w_transposed_copy ? "W's columnwise NVFP4 copy (W^T) dequantized to bf16, read row-major"
                                : dequantized ? "W's columnwise MXFP8 copy dequantized to bf16, multiplied transposed"
                                              : "W as made, multiplied transposed") +
                               ")" +
@@ -1812,10 +1845,10 @@ class StepLowering {
       const BufferRole scales = block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv;
       const bool dy_columnwise = block || (fp8 && wgmma);
       const std::string dy_t = dy_columnwise ? role(dy_cols, BufferRole::columnwise_data)
-                               : dequantized ? dequantize_to(dy_cols, dy_cols.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                               : dequantized ? dequantize_to(dy_cols, dy_cols.name + ".columnwise_16bit", DType::bf16, Copy::columnwise_as_value)
                                              : data(dy);
       const std::string x_t = fp8 ? role(x, BufferRole::columnwise_data)
-                              : dequantized ? dequantize_to(x, x.name + ".columnwise_16bit", DType::bf16, /*columnwise=*/true)
+                              : dequantized ? dequantize_to(x, x.name + ".columnwise_16bit", DType::bf16, Copy::columnwise_as_value)
                                             : data(x);
       l.args = {buf(dy_t), fp8 ? buf(role(block ? dy_cols : dy, scales)) : LaunchArg{},
                 buf(x_t), fp8 ? buf(role(x, scales)) : LaunchArg{}, buf(data(splits)), buf(data(d)),
@@ -1824,11 +1857,11 @@ class StepLowering {
       step_.fusions.push_back("gpu: wgrad of '" + n.name + "' per expert by tec's grouped wgrad (" +
                               std::string(wgmma && block ? "wgmma over both columnwise copies, each 128-row scale block summed apart and added in fp32"
                                           : wgmma && fp8 ? "wgmma over both columnwise copies, FP8 accumulation as the forward's"
-                                          : wgmma && dequantized ? "wgmma over bf16 copies dequantized from both columnwise MXFP8 copies"
+                                          : wgmma && dequantized ? "wgmma over bf16 copies dequantized from both columnwise copies"
                                           : wgmma ? "wgmma, both operands MN-major"
                                           : block ? "mma.sync, FP8 widened to fp16, each 128-row scale block summed apart"
                                           : fp8   ? "mma.sync, FP8 widened to fp16"
-                                          : dequantized ? "mma.sync over bf16 copies dequantized from both columnwise MXFP8 copies"
+                                          : dequantized ? "mma.sync over bf16 copies dequantized from both columnwise copies"
                                                   : "mma.sync") +
                               ")" + (main_grad ? ", added into '" + main_grad->name + "'" : std::string()));
     }

@@ -8,7 +8,7 @@
 //   routings given from outside: uniform, skewed, every token on one expert, experts left empty;
 // - hostile routing data (an expert index out of range, m_splits that do not sum to the rows)
 //   is reported whenever the results are read, until the next run; the next good run is fine;
-// - training (bf16, fp8-current, fp8-delayed, fp8-block, mxfp8; a bias per expert) through the same four routings: the backward's kernel
+// - training (every training recipe; a bias per expert) through the same four routings: the backward's kernel
 //   steps bit for bit, the grouped dgrad and wgrad within bounds, 100 replays of one graph.
 #include <cmath>
 #include <cstdlib>
@@ -410,7 +410,7 @@ int moe_test(const std::string& arch) {
     }
   }
   for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block,
-                            RecipeKind::mxfp8})  // those MoE layers train under on the GPU
+                            RecipeKind::mxfp8, RecipeKind::nvfp4})  // every training recipe
     if (!only_recipe || to_string(recipe) == only_recipe) {
       failures += routed_train_case(recipe, arch, stream);
       if (recipe == RecipeKind::fp8_block) failures += routed_train_case(recipe, arch, stream, 300);  // and its mma.sync wgrad

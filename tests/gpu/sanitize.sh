@@ -3,7 +3,7 @@
 #   bash tests/gpu/sanitize.sh BUILD_DIR OUT_DIR
 # Compiles every example model - examples/mlp_tiny.json under every recipe, swiglu_mlp.json,
 # mlp.json (its T=16 profile), moe_tiny.json (bf16, fp8-current, fp8-delayed), train plans (mlp_tiny with AdamW, swiglu_mlp (fp8-delayed, mxfp8, nvfp4), mlp.json T=16,
-# moe_tiny under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8),
+# moe_tiny under bf16, fp8-current, fp8-delayed, fp8-block, mxfp8 and nvfp4),
 # llama_layer_small.json and the corpus's Hugging Face layer (rope kernels, cuDNN's attention) and
 # the ONNX models in examples/onnx - and the general ops
 # (tests/gpu/general_ops.json), an fp16 and an fp32 export of the corpus (fp16 GEMMs, fp32
@@ -53,7 +53,7 @@ for entry in moe_tiny.json:bf16 moe_tiny.json:fp8-current moe_tiny.json:fp8-dela
              "mlp_tiny.json:fp8-current:--mode train --optimizer adamw" "mlp_tiny.json:bf16:--mode train" \
              "swiglu_mlp.json:fp8-delayed:--mode train" "mlp.json:fp8-current:--mode train --shape T=16" \
              "moe_tiny.json:bf16:--mode train" "moe_tiny.json:fp8-current:--mode train" "moe_tiny.json:fp8-delayed:--mode train" \
-             "moe_tiny.json:fp8-block:--mode train" "moe_tiny.json:mxfp8:--mode train" "swiglu_mlp.json:mxfp8:--mode train" "swiglu_mlp.json:nvfp4:--mode train" \
+             "moe_tiny.json:fp8-block:--mode train" "moe_tiny.json:mxfp8:--mode train" "swiglu_mlp.json:mxfp8:--mode train" "swiglu_mlp.json:nvfp4:--mode train" "moe_tiny.json:nvfp4:--mode train" \
              "llama_layer_small.json:bf16:--shape T=128" "llama_layer_small.json:fp8-current:--shape T=128" \
              tests/onnx/corpus/hf_llama_layer.bf16.legacy18.3d.onnx:bf16; do
   IFS=: read -r file recipe compile_extra <<< "$entry"

@@ -275,7 +275,7 @@ TEST_CASE("MoE graphs that cannot work are refused at compile time, naming the n
   }
 }
 
-TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-delayed, fp8-block and mxfp8; nvfp4 names what it lacks") {
+TEST_CASE("an MoE train plan lowers for the GPU under every training recipe") {
   // examples/moe_tiny.json, or with a bias per expert in fc1.
   auto lowered = [](RecipeKind recipe, bool bias = false) {
     std::string model = test::read_text(test::source_dir() + "/examples/moe_tiny.json");
@@ -370,9 +370,25 @@ TEST_CASE("an MoE train plan lowers for the GPU under bf16, fp8-current, fp8-del
     }
     CHECK(columnwise_dequantizes == 3);  // W for dgrad; x and dy for wgrad
   }
-  for (const CompiledProfile& p : lowered(RecipeKind::nvfp4).profiles) {
-    CHECK_FALSE(p.gpu.supported);
-    CHECK(p.gpu.reason.find("is a grouped nvfp4 tensor made every run") != std::string::npos);
+  // nvfp4: each expert's 16x16 tiles from its own amax (grid z), both copies; the dgrad reads
+  // W^T from the columnwise copy (each member transposed, so row-major, untransposed); the
+  // wgrad's x and dy read back from their transposed columnwise copies in their own shape.
+  const CompileResult nv = lowered(RecipeKind::nvfp4);
+  for (const CompiledProfile& p : nv.profiles) {
+    REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
+    const auto workspace = launches(p, "fc1.weight.workspace");
+    const auto tiles = std::find_if(workspace.begin(), workspace.end(), [](const codegen::Launch* l) { return l->entry == "tec_nvfp4_quantize_columns"; });
+    REQUIRE(tiles != workspace.end());
+    CHECK((*tiles)->grid[2] == 4);  // moe_tiny's experts
+    const std::set<std::string> dgrad = defines_of(nv, p, "fc1.backward", "tec_grouped_gemm");
+    CHECK(dgrad.count("TEC_BF16=1") == 1);
+    CHECK(dgrad.count("TEC_W_TRANSPOSED=0") == 1);
+    std::map<std::string, int> dequantizes;
+    for (const codegen::Launch* l : launches(p, "fc1.backward"))
+      if (l->entry == "tec_row")
+        for (const std::string& d : nv.code.modules.at(static_cast<size_t>(l->module)).defines)
+          if (d.starts_with("TEC_DQ=")) ++dequantizes[d];
+    CHECK(dequantizes == std::map<std::string, int>{{"TEC_DQ=5", 2}, {"TEC_DQ=9", 2}});  // W^T and dy as stored; x and dy back in shape
   }
 }
 
