@@ -348,47 +348,48 @@ TEST_CASE("an MoE train plan lowers for the GPU under every training recipe") {
       CHECK(kernels(p, "fc1.backward") == Kernels{"tec_grouped_gemm", "tec_grouped_wgrad_sm90", "tec_column_partials", "tec_column_finish"});
     }
   }
+  // The step's first launch of `entry`, and how many of its row kernels dequantize in each mode.
+  auto first_launch = [&](const CompiledProfile& p, const std::string& step, const std::string& entry) -> const codegen::Launch* {
+    for (const codegen::Launch* l : launches(p, step))
+      if (l->entry == entry) return l;
+    return nullptr;
+  };
+  auto dequantize_modes = [&](const CompileResult& r, const CompiledProfile& p, const std::string& step) {
+    std::map<std::string, int> modes;
+    for (const codegen::Launch* l : launches(p, step))
+      if (l->entry == "tec_row")
+        for (const std::string& d : r.code.modules.at(static_cast<size_t>(l->module)).defines)
+          if (d.starts_with("TEC_DQ=")) ++modes[d];
+    return modes;
+  };
   // mxfp8: the experts' weights quantized as one tensor (members of 128 rows), the columnwise
   // copy down the columns from the master; the backward's bf16 kernels on copies dequantized
-  // from W's, x's and dy's columnwise copies (TEC_DQ=8) and dy's rowwise one.
+  // from W's, x's and dy's columnwise copies (TEC_DQ=8) and dy's rowwise one (2).
   const CompileResult mx = lowered(RecipeKind::mxfp8);
   for (const CompiledProfile& p : mx.profiles) {
     REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
-    const auto workspace = launches(p, "fc1.weight.workspace");
-    const auto columns = std::find_if(workspace.begin(), workspace.end(), [](const codegen::Launch* l) { return l->entry == "tec_mxfp8_quantize_columns"; });
-    REQUIRE(columns != workspace.end());
-    CHECK((*columns)->args.at(0).buffer == value_buffer_name("fc1.weight.master", BufferRole::data));
+    const codegen::Launch* columns = first_launch(p, "fc1.weight.workspace", "tec_mxfp8_quantize_columns");
+    REQUIRE(columns != nullptr);
+    CHECK(columns->args.at(0).buffer == value_buffer_name("fc1.weight.master", BufferRole::data));
     CHECK(kernels(p, "fc1.backward") == Kernels{"tec_row", "tec_row", "tec_grouped_gemm", "tec_row", "tec_row", "tec_grouped_wgrad_sm90"});
     const std::set<std::string> dgrad = defines_of(mx, p, "fc1.backward", "tec_grouped_gemm");
     CHECK(dgrad.count("TEC_BF16=1") == 1);
     CHECK(dgrad.count("TEC_W_TRANSPOSED=1") == 1);
-    int columnwise_dequantizes = 0;
-    for (const codegen::Launch* l : launches(p, "fc1.backward")) {
-      if (l->entry != "tec_row") continue;
-      const auto& d = mx.code.modules.at(static_cast<size_t>(l->module)).defines;
-      columnwise_dequantizes += std::count(d.begin(), d.end(), "TEC_DQ=8");
-    }
-    CHECK(columnwise_dequantizes == 3);  // W for dgrad; x and dy for wgrad
+    CHECK(dequantize_modes(mx, p, "fc1.backward") == std::map<std::string, int>{{"TEC_DQ=2", 1}, {"TEC_DQ=8", 3}});
   }
   // nvfp4: each expert's 16x16 tiles from its own amax (grid z), both copies; the dgrad reads
-  // W^T from the columnwise copy (each member transposed, so row-major, untransposed); the
-  // wgrad's x and dy read back from their transposed columnwise copies in their own shape.
+  // W^T from the columnwise copy (each member transposed, so row-major, untransposed) and dy as
+  // stored (5); the wgrad's x and dy are read back from their transposed copies in shape (9).
   const CompileResult nv = lowered(RecipeKind::nvfp4);
   for (const CompiledProfile& p : nv.profiles) {
     REQUIRE_MESSAGE(p.gpu.supported, p.gpu.reason);
-    const auto workspace = launches(p, "fc1.weight.workspace");
-    const auto tiles = std::find_if(workspace.begin(), workspace.end(), [](const codegen::Launch* l) { return l->entry == "tec_nvfp4_quantize_columns"; });
-    REQUIRE(tiles != workspace.end());
-    CHECK((*tiles)->grid[2] == 4);  // moe_tiny's experts
+    const codegen::Launch* tiles = first_launch(p, "fc1.weight.workspace", "tec_nvfp4_quantize_columns");
+    REQUIRE(tiles != nullptr);
+    CHECK(tiles->grid[2] == 4);  // moe_tiny's experts
     const std::set<std::string> dgrad = defines_of(nv, p, "fc1.backward", "tec_grouped_gemm");
     CHECK(dgrad.count("TEC_BF16=1") == 1);
     CHECK(dgrad.count("TEC_W_TRANSPOSED=0") == 1);
-    std::map<std::string, int> dequantizes;
-    for (const codegen::Launch* l : launches(p, "fc1.backward"))
-      if (l->entry == "tec_row")
-        for (const std::string& d : nv.code.modules.at(static_cast<size_t>(l->module)).defines)
-          if (d.starts_with("TEC_DQ=")) ++dequantizes[d];
-    CHECK(dequantizes == std::map<std::string, int>{{"TEC_DQ=5", 2}, {"TEC_DQ=9", 2}});  // W^T and dy as stored; x and dy back in shape
+    CHECK(dequantize_modes(nv, p, "fc1.backward") == std::map<std::string, int>{{"TEC_DQ=5", 2}, {"TEC_DQ=9", 2}});
   }
 }
 
