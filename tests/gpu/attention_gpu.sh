@@ -148,7 +148,7 @@ for name in mha_d64_causal gqa_d128_causal gqa_d128_causal_sbhd cross_d64 additi
   train_check "$name.train" "$out/$name.json"
 done
 train_check padding_causal.train "$out/padding_causal.json" -- --input seq_lens="$out/seq_lens.npy"
-for recipe in bf16 fp8-current fp8-delayed fp8-block; do
+for recipe in bf16 fp8-current fp8-delayed fp8-block mxfp8 nvfp4; do
   train_check "llama_layer_small.$recipe.train" "$here/../../examples/llama_layer_small.json" --recipe $recipe --shape T=128
 done
 
