@@ -226,15 +226,15 @@ class StepLowering {
   // float maxed atomically after a memset is cheaper.
   static constexpr int64_t kMaxAmaxPartials = 1024;
 
-  // The row kernel over `rows` rows of `v`, from `producer`, storing or quantizing into v's
-  // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
-  // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
-  // only the cast pass runs.
   // What emit_row writes of a quantized value: every copy it has, only the rowwise one (the
   // columnwise one made apart), or for NVFP4 only the tensor's amax (a weight's 16x16 tiles
   // are written by kernels/nvfp4_columns.cu, both ways).
   enum class Copies { all, rowwise, amax };
 
+  // The row kernel over `rows` rows of `v`, from `producer`, storing or quantizing into v's
+  // buffers: one launch, or amax pass + cast pass for whole-tensor-amax quantizers. With
+  // `amax_done` (current scaling), the producer's kernel already left v's amax partials, and
+  // only the cast pass runs.
   void emit_row(const Producer& producer, const Value& v, const AmaxPartials* amax_done = nullptr, Copies copies = Copies::all) {
     const bool rowwise_only = copies != Copies::all;
     const int64_t rows = producer.rows ? producer.rows : v.proto.shape.rows();
@@ -487,6 +487,8 @@ class StepLowering {
     if (rows % 16 != 0 || cols % 16 != 0)
       throw NotLowered{"'" + v.name + "' is [" + std::to_string(rows) + ", " + std::to_string(cols) + "]; NVFP4's copies need both % 16"};
     const bool two_d = q.block_rows == 16, columnwise = v.proto.usage.columnwise;
+    if (members > 1 && (packed_member_bytes(v, BufferRole::amax) != 4 || (columnwise && packed_member_bytes(v, BufferRole::columnwise_amax) != 4)))
+      throw NotLowered{"grouped '" + v.name + "': its members' NVFP4 amaxes are not one float each, packed"};
     const std::string source = fp32_values(producer, v, rows, cols);
     emit_row(load(source, DType::fp32, "staging"), v, nullptr, two_d ? Copies::amax : Copies::rowwise);
     if (columnwise) memset(role(v, BufferRole::columnwise_scale_inv));  // the padding, zero as the reference leaves it
@@ -509,8 +511,6 @@ class StepLowering {
     l.block = {kThreads, 1, 1};
     l.early_launch = true;
     auto opt = [&](bool present, BufferRole r) { return present ? buf(role(v, r)) : LaunchArg{}; };
-    if (members > 1 && (packed_member_bytes(v, BufferRole::amax) != 4 || (columnwise && packed_member_bytes(v, BufferRole::columnwise_amax) != 4)))
-      throw NotLowered{"grouped '" + v.name + "': its members' NVFP4 amaxes are not one float each, packed"};
     l.args = {buf(source), buf(role(v, BufferRole::amax)), opt(columnwise, BufferRole::columnwise_data),
               opt(columnwise, BufferRole::columnwise_scale_inv), opt(columnwise, BufferRole::columnwise_amax),
               opt(two_d, BufferRole::data), opt(two_d, BufferRole::scale_inv)};
