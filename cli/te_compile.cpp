@@ -51,10 +51,10 @@ Exit codes:
   4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
   70 internal error (a tec bug)
 
-Train plans (--mode train) run on the GPU as one CUDA graph under bf16, fp8-current,
-fp8-delayed and fp8-block, and on the CPU reference executor under every recipe (mxfp8 and
-nvfp4 train plans have no GPU code yet: te-run --backend gpu says why, exit code 4). See README.md,
-"Training" and "Status".)";
+Train plans (--mode train) run on the GPU as one CUDA graph and on the CPU reference executor
+under every recipe (mxfp8 and nvfp4 through bf16 GEMMs on dequantized copies, so slower than
+bf16; shapes the GPU kernels do not take leave a plan without GPU code, and te-run --backend
+gpu says why, exit code 4). See README.md, "Training" and "Status".)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];
