@@ -425,7 +425,7 @@ class StepLowering {
   static bool mxfp8_members_as_one(const Value& v, int64_t rows) {
     const int64_t members = v.proto.group_members;
     if (v.proto.quantizer->kind != QuantizerKind::mxfp8 || rows % members != 0 || (rows / members) % 128 != 0) return false;
-    for (const GroupedBuffer& b : GroupedTensor::uniform(v.proto).buffers()) (void)packed_member_bytes(v, b);
+    require_packed_members(v);
     return true;
   }
 
@@ -626,7 +626,7 @@ class StepLowering {
     const int64_t out_rows = transposed ? members * cols : rows, out_cols = transposed ? member_rows : cols;
     if (transposed && members > 1) {
       // The members' scale rows (roundup(cols, 128) each) concatenate as one tensor's when cols % 128 == 0.
-      for (const GroupedBuffer& b : GroupedTensor::uniform(v.proto).buffers()) (void)packed_member_bytes(v, b);
+      require_packed_members(v);
       if (cols % 128 != 0) throw NotLowered{"grouped '" + v.name + "': its NVFP4 members' transposes need " + std::to_string(cols) + " % 128 == 0"};
       p.defines.push_back("TEC_DQ_MEMBER_ROWS=" + std::to_string(cols) + "LL");  // each member's own amax
     }
@@ -1153,10 +1153,7 @@ class StepLowering {
     const auto [accumulated, main_grad] = fused_main_grad_add(dw);
     const int64_t tokens = x.proto.shape.rows(), in_features = x.proto.shape.cols(), out_features = w.proto.shape[0];
     auto is_block = [](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == QuantizerKind::fp8_block; };
-    // MXFP8 and NVFP4 have no cuBLASLt GEMM on sm_90: their operands are dequantized to bf16, as the forward's.
-    auto dequantized = [](const Value& v) {
-      return v.proto.quantizer && (v.proto.quantizer->kind == QuantizerKind::mxfp8 || v.proto.quantizer->kind == QuantizerKind::nvfp4);
-    };
+    auto dequantized = [](const Value& v) { return v.proto.quantizer && multiplied_dequantized(v.proto.quantizer->kind); };
     for (const Value* v : {&x, &w, &dy_rows, &dy_cols})
       if (v->proto.quantizer && !fp8_per_tensor(*v) && !is_block(*v) && !dequantized(*v))
         throw NotLowered{"backward of linear '" + n.name + "' reads " + v->proto.quantizer->str() + " '" + v->name +
@@ -1255,7 +1252,7 @@ class StepLowering {
     const bool fp16_model =
         (has_bias && input(linear, 2).proto.dtype == DType::fp16) || (!out.proto.quantizer && out.proto.dtype == DType::fp16);
     const DType half = fp16_model ? DType::fp16 : DType::bf16;
-    const bool dequantized = kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4);
+    const bool dequantized = kind && multiplied_dequantized(*kind);
     if (dequantized) {
       step_.fusions.push_back("gpu: " + std::string(tec::to_string(*kind)) + " has no cuBLASLt GEMM on sm_90: operands dequantized to " +
                               std::string(tec::to_string(half)) + ", " + std::string(tec::to_string(half)) + " GEMM");
@@ -1729,8 +1726,7 @@ class StepLowering {
     // kernels run on them. NVFP4's W copy holds each member transposed, W^T as the FP8 one does.
     const std::optional<QuantizerKind> kind = x.proto.quantizer ? std::optional(x.proto.quantizer->kind) : std::nullopt;
     auto same_kind = [&](const Value& v) { return v.proto.quantizer && v.proto.quantizer->kind == *kind; };
-    const bool dequantized = kind && (*kind == QuantizerKind::mxfp8 || *kind == QuantizerKind::nvfp4) && same_kind(w) && same_kind(dy) &&
-                             same_kind(dy_cols);
+    const bool dequantized = kind && multiplied_dequantized(*kind) && same_kind(w) && same_kind(dy) && same_kind(dy_cols);
     const bool w_transposed_copy = dequantized && *kind == QuantizerKind::nvfp4;
     // Operand type codes (grouped_wgrad.cu's): 0 bf16, 3 FP8 E4M3, 4 FP8 E5M2, per tensor or in blocks.
     auto type_code = [&](const Value& v, int64_t block_rows) {
@@ -2053,7 +2049,7 @@ class StepLowering {
   // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
   // tensor's, which holds when every member's are the same size and packed back to back.
   std::string dequantize_grouped_weight(const Value& w, int64_t rows, int64_t member_rows, int64_t k) {
-    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) (void)packed_member_bytes(w, b);
+    require_packed_members(w);
     // A constant weight's copy is made once per session and kept; a train plan's weight copy
     // changes every step, so it is dequantized every run.
     const bool constant = w.kind == ValueKind::weight;
@@ -2068,6 +2064,16 @@ class StepLowering {
 
   // The bytes from one member's buffer `b` to the next's in grouped weight `w`, where the
   // kernels index the members as one array: every member's the same size, packed back to back.
+  // MXFP8 and NVFP4 have no cuBLASLt GEMM on sm_90, and tec's grouped kernels read no 32- or
+  // 16-element block scales: their GEMM operands are dequantized to bf16 first.
+  static bool multiplied_dequantized(QuantizerKind kind) { return kind == QuantizerKind::mxfp8 || kind == QuantizerKind::nvfp4; }
+
+  // Every buffer of grouped `w` holds equal members back to back, so that one kernel indexes
+  // them as one tensor's.
+  static void require_packed_members(const Value& w) {
+    for (const GroupedBuffer& b : GroupedTensor::uniform(w.proto).buffers()) (void)packed_member_bytes(w, b);
+  }
+
   static int64_t packed_member_bytes(const Value& w, const GroupedBuffer& b) {
     for (size_t e = 0; e + 1 < b.offsets.size(); ++e)
       if (b.offsets[e] != static_cast<int64_t>(e) * b.member_bytes.at(0))
