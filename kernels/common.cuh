@@ -201,6 +201,12 @@ __device__ __forceinline__ u8 tec_nvfp4_block_scale(float block_amax, float s_en
   return s_b;
 }
 
+// LAYOUTS.md §2.2 steps 1-3: a 32-element block's E8M0 exponent from its amax (the
+// reciprocal of fp8_max rounded first, as the reference multiplies by it).
+__device__ __forceinline__ u8 tec_mxfp8_exponent(float block_amax, float fp8_max) {
+  return tec_float_to_e8m0_round_up(block_amax * __fdiv_rn(1.0f, fp8_max));
+}
+
 // LAYOUTS.md §2.2 step 5: the encode multiplier 2^(127 - e) of E8M0 exponent e, exact in fp32
 // (e = 254: the subnormal 2^-127; e = 255: NaN), as the reference's ldexp.
 __device__ __forceinline__ float tec_mxfp8_multiplier(u8 e) {

@@ -30,7 +30,7 @@ extern "C" __global__ void __launch_bounds__(256) tec_mxfp8_quantize_columns(Tec
     v[r] = in[r * TEC_COLS];
     amax = fmaxf(amax, fabsf(v[r]));
   }
-  const u8 e = tec_float_to_e8m0_round_up(amax * __fdiv_rn(1.0f, TEC_FP8_MAX));
+  const u8 e = tec_mxfp8_exponent(amax, TEC_FP8_MAX);
   const float multiplier = tec_mxfp8_multiplier(e);
   u8* out = (u8*)args.slot[1] + block * TEC_MX_BLOCK * TEC_COLS + c;
 #pragma unroll

@@ -1043,7 +1043,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     const float v = tec_produce(args, row, b * 32 + lane);
     float local = fabsf(v);
     for (int offset = 16; offset > 0; offset /= 2) local = fmaxf(local, __shfl_xor_sync(0xFFFFFFFFu, local, offset));
-    const u8 e = tec_float_to_e8m0_round_up(local * __fdiv_rn(1.0f, TEC_FP8_MAX));
+    const u8 e = tec_mxfp8_exponent(local, TEC_FP8_MAX);
     ((u8*)args.slot[3])[row.r * TEC_N + b * 32 + lane] = tec_encode(v * tec_mxfp8_multiplier(e));
     if (lane == 0) ((u8*)args.slot[4])[row.r * ((TEC_N / 32 + 3) / 4 * 4) + b] = e;
   }
