@@ -237,6 +237,15 @@ __device__ __forceinline__ u16 tec_float_to_bf16(float x) {
   return (u16)(bits >> 16);
 }
 
+// Two floats as bf16 with round to nearest even, packed (lo in the low half) by one cvt. A NaN
+// becomes the canonical quiet NaN rather than keeping its payload as tec_float_to_bf16 does:
+// for GEMM epilogues, whose outputs are compared within a bound.
+__device__ __forceinline__ u32 tec_float2_to_bf16x2(float lo, float hi) {
+  u32 packed;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
+  return packed;
+}
+
 // v rounded to a bf16 (kDtype 0), fp16 (1) or fp32 (2) array's type and stored at `index`: tec_load's counterpart.
 template <int kDtype>
 __device__ __forceinline__ void tec_store(void* base, i64 index, float v) {
