@@ -32,6 +32,14 @@
 // as its bytes are: moe.json's fp8-current layer went 2143 -> 2050 us at T = 2048 and 7616 ->
 // 7249..7375 us at T = 8192 (H100, one device call, A/B twice each).
 //
+// The epilogue of a bf16 D is staged: each consumer writes its 64 rows into the slot of one of
+// the tile's last two steps, which the consumers release to the producer only when bulk copies
+// (cp.async.bulk, shared -> global) have read them, after the next tile's first MMAs are issued.
+// So the consumers do not wait on D's global stores, which were the epilogue's cost (below):
+// moe.json fp8-current, T = 8192 (H200, one call, two rounds, eager step times): fc1 3599 /
+// 3622 -> 3150 / 3564 us, fc2 1608 / 1622 -> 1448 / 1601 us; with no epilogue at all, fc1
+// 2955 / 3076 us. fp32 D (TEC_OUT = 2) and one-step K store from the registers.
+//
 // m_splits that are negative or do not sum to the rows set TEC_STATUS_BAD_SPLITS in the
 // session's status word, and every block returns before reading anything by them.
 //
@@ -136,6 +144,17 @@ constexpr i64 kOutColumns = TEC_GATED ? TEC_N / 2 : TEC_N;       // D's row leng
 constexpr int kOutTileColumns = TEC_GATED ? 128 : TEC_TILE_N;     // D's columns per tile
 constexpr int kColumnTiles = (int)(kOutColumns / kOutTileColumns);
 constexpr int kAccumulators = TEC_TILE_N / 2;
+// The staged epilogue (bf16 D, two steps of K or more; see the top). A staged row is 16 bytes
+// longer than D's tile row, so that a warp's 8 rows x 4 pairs fall in 32 different banks.
+#if TEC_OUT == 2
+using Out = float;
+#else
+using Out = u16;
+#endif
+constexpr bool kStaged = TEC_OUT != 2 && kSteps >= 2;
+constexpr int kTileRowBytes = kOutTileColumns * (int)sizeof(Out);
+constexpr int kStagingRowBytes = kTileRowBytes + 16;
+static_assert(64 * kStagingRowBytes <= kSlotBytes, "a consumer's 64 staged rows fit in a slot");
 
 struct TecGroupedArgs {
   unsigned long long slot[9];
@@ -342,6 +361,17 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   float acc[kAccumulators];
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
+  // The staged epilogue's slots, held until its bulk copies have read them: the tile before's
+  // last two (its ring is `held_ring`), released once the next tile's first MMAs are issued, so
+  // the tensor cores need not wait for the copies.
+  bool release_pending = false;
+  int held_ring = 0;
+  auto release_staging = [&] {
+    tec_bulk_store_wait_read();
+    tec_barrier_arrive(empty((held_ring + kSteps - 2) % TEC_SLOTS));
+    tec_barrier_arrive(empty((held_ring + kSteps - 1) % TEC_SLOTS));
+    release_pending = false;
+  };
   // Waits for global step `g`'s slot and issues its four wgmma (32 bytes of K each) into d;
   // `fresh`: the first overwrites d rather than adding to it.
   auto issue_step = [&](float (&d)[kAccumulators], int g, bool fresh) {
@@ -361,6 +391,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
 #endif
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+    if (kStaged && release_pending) release_staging();
   };
   // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and
   // in each 8-column group j the columns 8j + 2 (lane % 4) and + 1.
@@ -379,20 +410,24 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   // max |D| over all the block's tiles, taken before D's rounding to bf16: rounding to nearest
   // is monotone in |v|, so the max of the stored values is this max rounded, once, at the end.
   float amax = 0.0f;
-#if TEC_OUT == 2
-  using Out = float;
-#else
-  using Out = u16;
-#endif
-  // Columns n and n + 1 of a row of D, stored together where the row is the expert's.
-  auto store = [&](Out* out, bool valid, float v0, float v1) {
-    if (!valid) return;
-#if TEC_OUT == 2
-    *(float2*)out = make_float2(v0, v1);
-#else
-    *(u32*)out = tec_float2_to_bf16x2(v0, v1);
-#endif
+  // This tile's: the thread's row of D (columns 2 (lane % 4), + 1), its staging row, and whether
+  // the row and the one 8 below it are the expert's.
+  Out* out = nullptr;
+  u32 staging = 0;
+  bool valid0 = false, valid1 = false;
+  // Columns 8 j + 2 (lane % 4) and + 1 of the thread's row (8 rows below when `lower`).
+  auto store = [&](bool lower, int j, float v0, float v1) {
+    if (!(lower ? valid1 : valid0)) return;
     amax = fmaxf(amax, fmaxf(fabsf(v0), fabsf(v1)));
+#if TEC_OUT == 2
+    *(float2*)(out + (lower ? 8 * kOutColumns : 0) + 8 * j) = make_float2(v0, v1);
+#else
+    const u32 packed = tec_float2_to_bf16x2(v0, v1);
+    if constexpr (kStaged)
+      tec_store_shared_u32(staging + (lower ? 8 * kStagingRowBytes : 0) + 16 * j, packed);
+    else
+      *(u32*)(out + (lower ? 8 * kOutColumns : 0) + 8 * j) = packed;
+#endif
   };
   auto biased = [&](float v, i64 column) {
 #if TEC_BIAS
@@ -423,7 +458,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
       issue_step(part, ring + step, true);
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      tec_barrier_arrive(empty((ring + step) % TEC_SLOTS));
+      if (!(kStaged && step >= kSteps - 2)) tec_barrier_arrive(empty((ring + step) % TEC_SLOTS));
 #pragma unroll
       for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
 #pragma unroll
@@ -433,10 +468,10 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     for (int step = 0; step < kSteps; ++step) {
       issue_step(acc, ring + step, step == 0);
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (step > 0) tec_barrier_arrive(empty((ring + step - 1) % TEC_SLOTS));
+      if (step > 0 && !(kStaged && step == kSteps - 1)) tec_barrier_arrive(empty((ring + step - 1) % TEC_SLOTS));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    tec_barrier_arrive(empty((ring + kSteps - 1) % TEC_SLOTS));  // the producer may fill it for the next tile
+    if (!kStaged) tec_barrier_arrive(empty((ring + kSteps - 1) % TEC_SLOTS));  // the producer may fill it for the next tile
 #endif
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
@@ -457,8 +492,15 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     // epilogue at all; this form has 1032 fewer SASS instructions in the gated kernel.
     const int row = consumer * 64 + warp * 16 + lane / 4;  // and row + 8 (the accumulator layout)
     const i64 column = tile.n0 + 2 * (lane % 4);            // + 8 j in column group j
-    Out* out = (Out*)args.slot[6] + (tile.first_row + row) * kOutColumns + column;
-    const bool valid0 = row < tile.rows, valid1 = row + 8 < tile.rows;
+    out = (Out*)args.slot[6] + (tile.first_row + row) * kOutColumns + column;
+    valid0 = row < tile.rows;
+    valid1 = row + 8 < tile.rows;
+    // The consumer's staging slot: the last step's (consumer 0) or the one before (consumer 1).
+    const u32 staging_slot = base + (u32)(((ring + kSteps - 1 - consumer) % TEC_SLOTS) * kSlotBytes);
+    if constexpr (kStaged) {
+      staging = staging_slot + (u32)((row - consumer * 64) * kStagingRowBytes + 4 * (lane % 4));
+      asm volatile("bar.sync 1, 256;" ::: "memory");  // both consumers' MMAs have read the slots
+    }
 #if TEC_GATED
     // Accumulators i < 64 are gate columns, i + 64 the up column 128 further on.
     auto gated = [&](int i, i64 n) {
@@ -467,20 +509,33 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #pragma unroll
     for (int i = 0; i < kAccumulators / 2; i += 4) {
       const i64 n = column + (i / 4) * 8;
-      store(out + (i / 4) * 8, valid0, gated(i, n), gated(i + 1, n + 1));
-      store(out + 8 * kOutColumns + (i / 4) * 8, valid1, gated(i + 2, n), gated(i + 3, n + 1));
+      store(false, i / 4, gated(i, n), gated(i + 1, n + 1));
+      store(true, i / 4, gated(i + 2, n), gated(i + 3, n + 1));
     }
 #else
 #pragma unroll
     for (int i = 0; i < kAccumulators; i += 4) {
       const i64 n = column + (i / 4) * 8;
-      store(out + (i / 4) * 8, valid0, biased(alpha * acc[i], n), biased(alpha * acc[i + 1], n + 1));
-      store(out + 8 * kOutColumns + (i / 4) * 8, valid1, biased(alpha * acc[i + 2], n), biased(alpha * acc[i + 3], n + 1));
+      store(false, i / 4, biased(alpha * acc[i], n), biased(alpha * acc[i + 1], n + 1));
+      store(true, i / 4, biased(alpha * acc[i + 2], n), biased(alpha * acc[i + 3], n + 1));
     }
 #endif
+    if constexpr (kStaged) {
+      // The staged rows to D, half a row per thread, once all the consumer's rows are written.
+      asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // written generic, read by the bulk copies
+      asm volatile("bar.sync %0, 128;" ::"r"(2 + consumer) : "memory");
+      const int copy_row = consumer * 64 + tid / 2, half = tid % 2;
+      if (copy_row < tile.rows)
+        tec_bulk_store((u8*)args.slot[6] + ((tile.first_row + copy_row) * kOutColumns + tile.n0) * (i64)sizeof(Out) + half * (kTileRowBytes / 2),
+                       staging_slot + (u32)((tid / 2) * kStagingRowBytes + half * (kTileRowBytes / 2)), kTileRowBytes / 2);
+      tec_bulk_store_commit();
+      release_pending = true;
+      held_ring = ring;
+    }
     if (last) break;
     tile = next;
   }
+  if constexpr (kStaged) tec_bulk_store_wait_all();  // D written before the block exits (its last slots need no release)
 #if TEC_AMAX
   // One atomic per block: the consumers' warps meet on named barrier 1.
   __shared__ float warp_amax[8];

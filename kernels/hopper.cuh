@@ -53,6 +53,21 @@ __device__ __forceinline__ unsigned long long tec_sw128_descriptor(u32 address) 
   return (unsigned long long)((address & 0x3FFFFu) >> 4) | (1ull << 16) | ((unsigned long long)(1024 >> 4) << 32) | (1ull << 62);
 }
 
+__device__ __forceinline__ void tec_store_shared_u32(u32 address, u32 value) {
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(address), "r"(value) : "memory");
+}
+
+// A bulk copy from shared to global memory (16-byte aligned, bytes % 16 == 0). A thread's
+// copies form a group at tec_bulk_store_commit; tec_bulk_store_wait_read returns once its
+// groups have read their shared bytes (which may then be written again), tec_bulk_store_wait_all
+// once they are complete.
+__device__ __forceinline__ void tec_bulk_store(void* dst, u32 src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void tec_bulk_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void tec_bulk_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+__device__ __forceinline__ void tec_bulk_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 __device__ __forceinline__ void tec_bulk_copy(u32 dst, const void* src, u32 bytes, u32 bar) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst), "l"(src),
                "r"(bytes), "r"(bar)
