@@ -40,6 +40,15 @@
 // 3622 -> 3150 / 3564 us, fc2 1608 / 1622 -> 1448 / 1601 us; with no epilogue at all, fc1
 // 2955 / 3076 us. fp32 D (TEC_OUT = 2) and one-step K store from the registers.
 //
+// Tried on 2026-11-28 and not kept: clusters of two blocks on a pair of row tiles of the same W
+// columns, each bulk-copying half of the step's W into both blocks' slots (multicast), as
+// cuBLAS's Hopper kernels run. W's reads from L2 halved and nothing got faster (H200, one call,
+// two rounds, fc1 / fc2 eager): T = 8192 3865 / 1776 and 3653 / 1712 us without, 3518 / 1747
+// and 3644 / 1823 us with; T = 2048 1013 / 524 and 1017 / 523 us without, 975 / 549 and 990 /
+// 557 us with. So L2 bandwidth for W does not bound this kernel. (The first form, whose
+// consumers released the peer's slots with a cluster-scope release, mbarrier.arrive.release.cluster,
+// was 1.35x slower: a fence per arrive.)
+//
 // m_splits that are negative or do not sum to the rows set TEC_STATUS_BAD_SPLITS in the
 // session's status word, and every block returns before reading anything by them.
 //
@@ -362,14 +371,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #pragma unroll
   for (int i = 0; i < kAccumulators; ++i) acc[i] = 0.0f;
   // The staged epilogue's slots, held until its bulk copies have read them: the tile before's
-  // last two (its ring is `held_ring`), released once the next tile's first MMAs are issued, so
-  // the tensor cores need not wait for the copies.
+  // last two, released once the next tile's first MMAs (step g) are issued, so the tensor cores
+  // need not wait for the copies.
   bool release_pending = false;
-  int held_ring = 0;
-  auto release_staging = [&] {
+  auto release_staging = [&](int g) {
     tec_bulk_store_wait_read();
-    tec_barrier_arrive(empty((held_ring + kSteps - 2) % TEC_SLOTS));
-    tec_barrier_arrive(empty((held_ring + kSteps - 1) % TEC_SLOTS));
+    tec_barrier_arrive(empty((g - 2) % TEC_SLOTS));
+    tec_barrier_arrive(empty((g - 1) % TEC_SLOTS));
     release_pending = false;
   };
   // Waits for global step `g`'s slot and issues its four wgmma (32 bytes of K each) into d;
@@ -391,22 +399,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       tec_wgmma_step(d, a + 2 * k, b + 2 * k, !fresh || k > 0);
 #endif
     asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-    if (kStaged && release_pending) release_staging();
+    if (kStaged && release_pending) release_staging(g);
   };
   // The wgmma accumulator layout: warp w of the warpgroup holds rows 16w + lane / 4 (+ 8), and
   // in each 8-column group j the columns 8j + 2 (lane % 4) and + 1.
   const int warp = tid / 32, lane = tid % 32;
-  auto bias_at = [&](i64 column) -> float {
-    const i64 index = (i64)tile.expert * TEC_N + column;
-#if TEC_BIAS == 1
-    return tec_bf16_to_float(((const u16*)args.slot[4])[index]);
-#elif TEC_BIAS == 2
-    return ((const float*)args.slot[4])[index];
-#else
-    (void)index;
-    return 0.0f;
-#endif
-  };
   // max |D| over all the block's tiles, taken before D's rounding to bf16: rounding to nearest
   // is monotone in |v|, so the max of the stored values is this max rounded, once, at the end.
   float amax = 0.0f;
@@ -430,10 +427,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #endif
   };
   auto biased = [&](float v, i64 column) {
-#if TEC_BIAS
-    return v + bias_at(column);
+    const i64 index = (i64)tile.expert * TEC_N + column;
+#if TEC_BIAS == 1
+    return v + tec_bf16_to_float(((const u16*)args.slot[4])[index]);
+#elif TEC_BIAS == 2
+    return v + ((const float*)args.slot[4])[index];
 #else
-    (void)column;
+    (void)index;
     return v;
 #endif
   };
@@ -530,7 +530,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
                        staging_slot + (u32)((tid / 2) * kStagingRowBytes + half * (kTileRowBytes / 2)), kTileRowBytes / 2);
       tec_bulk_store_commit();
       release_pending = true;
-      held_ring = ring;
     }
     if (last) break;
     tile = next;
