@@ -45,9 +45,10 @@
 // cuBLAS's Hopper kernels run. W's reads from L2 halved and nothing got faster (H200, one call,
 // two rounds, fc1 / fc2 eager): T = 8192 3865 / 1776 and 3653 / 1712 us without, 3518 / 1747
 // and 3644 / 1823 us with; T = 2048 1013 / 524 and 1017 / 523 us without, 975 / 549 and 990 /
-// 557 us with. So L2 bandwidth for W does not bound this kernel. (The first form, whose
-// consumers released the peer's slots with a cluster-scope release, mbarrier.arrive.release.cluster,
-// was 1.35x slower: a fence per arrive.)
+// 557 us with. So L2 bandwidth for W does not bound this kernel. (A first form was 1.35x
+// slower, with or without the multicast: its consumers released the peer's slots by
+// mbarrier.arrive.release.cluster, a cluster-scope fence each; CTA scope, as CUTLASS's
+// ClusterBarrier arrives, removed the loss.)
 //
 // m_splits that are negative or do not sum to the rows set TEC_STATUS_BAD_SPLITS in the
 // session's status word, and every block returns before reading anything by them.
