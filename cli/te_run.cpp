@@ -170,11 +170,17 @@ void inspect(const tec::plan::Plan& plan) {
           std::printf("  %-24s %-7s %s\n", step.c_str(), l.kind.c_str(),
                       l.kind == "fork" ? "the side stream waits for the work so far" : "the run's stream waits for the side stream");
         else
-          std::printf("  %-24s %-7s module %d %s grid %s%lld x %lld threads%s%s%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
+        {
+          std::string maps;
+          for (const auto& m : l.tensor_maps)
+            maps += ", TMA map over '" + p.buffers.at(static_cast<size_t>(m.buffer)).name + "' (" + std::to_string(m.rows) + " x " +
+                    std::to_string(m.row_bytes) + " B, boxes of " + std::to_string(m.box_rows) + " rows)";
+          std::printf("  %-24s %-7s module %d %s grid %s%lld x %lld threads%s%s%s%s\n", step.c_str(), l.kind == "kernel" ? "kernel" : "state",
                       l.module, l.entry.c_str(), l.persistent ? "at most " : "", static_cast<long long>(l.grid[0]),
                       static_cast<long long>(l.block[0]),
                       l.shared_bytes ? (", " + std::to_string(l.shared_bytes) + " B dynamic shared memory").c_str() : "",
-                      l.early_launch ? ", early launch" : "", l.persistent ? ", persistent (as many blocks as the GPU holds)" : "");
+                      l.early_launch ? ", early launch" : "", l.persistent ? ", persistent (as many blocks as the GPU holds)" : "", maps.c_str());
+        }
       }
     }
     std::printf("\n  fusions:\n");

@@ -16,21 +16,20 @@
 // groups of 8 column tiles per expert, rows fastest, so that a group's W (8 x 128 rows) and the
 // expert's X stay in L2 while the group's blocks run.
 //
-// A block is gemm_mid_m.cu's pipeline with 128 rows: warpgroup 0 produces, copying per
-// 128-byte step of K the block's TEC_TILE_N rows of W (a TMA bulk copy per 64 rows: W is in the
-// mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all experts;
-// or, TEC_W_ROW_MAJOR, by cp.async from row-major W as X)
-// and its 128 rows of X by cp.async in the same 128-byte swizzle, into a ring of TEC_SLOTS
-// slots; warpgroups 1 and 2 each own 64 rows and run wgmma m64nTEC_TILE_N (k32 for FP8, k16 for
-// bf16) from shared memory into fp32 registers (setmaxnreg moves registers from the producer
-// to them). Rows past the expert's last repeat it and are not stored.
+// A block is gemm_mid_m.cu's pipeline with 128 rows: one thread of warpgroup 0 produces,
+// copying per 128-byte step of K the block's TEC_TILE_N rows of W (a bulk copy per 64 rows: W
+// is in the mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all
+// experts; or, TEC_W_ROW_MAJOR, a TMA tensor copy per 64 rows of row-major W) and its 128 rows
+// of X (one TMA tensor copy: the runtime encodes X as a tensor map, tensor_maps[0], and W
+// row-major as tensor_maps[1]) in the 128-byte swizzle into a ring of TEC_SLOTS slots, every
+// byte counted on the slot's mbarrier; warpgroups 1 and 2 each own 64 rows and run wgmma
+// m64nTEC_TILE_N (k32 for FP8, k16 for bf16) from shared memory into fp32 registers
+// (setmaxnreg moves registers from the producer to them). Rows past the expert's last are the
+// next expert's (or zeros past X's end), and are not stored.
 //
-// Unlike gemm_mid_m.cu, a producer thread does not wait for its X copies to publish them two
-// steps later (cp.async.wait_group): the slot's mbarrier counts each thread's arrival when its
-// copies land (cp.async.mbarrier.arrive.noinc), and the consumers order those generic-proxy
-// writes before their wgmma reads with a proxy fence after the wait. So a slot is ready as soon
-// as its bytes are: moe.json's fp8-current layer went 2143 -> 2050 us at T = 2048 and 7616 ->
-// 7249..7375 us at T = 8192 (H100, one device call, A/B twice each).
+// X came by cp.async until 2026-11-29: 1024 16-byte copies per step from the producer
+// warpgroup's 128 threads, each thread's arrival counted on the slot's mbarrier, and a proxy
+// fence per step in the consumers before their wgmma read those generic-proxy writes.
 //
 // The epilogue of a bf16 D is staged: each consumer writes its 64 rows into the slot of one of
 // the tile's last two steps, which the consumers release to the producer only when bulk copies
@@ -68,6 +67,8 @@
 // scale_inv), TEC_BIAS (0 none, 1 bf16, 2 fp32), TEC_OUT (0 bf16, 2 fp32), TEC_GATED, TEC_ACT,
 // TEC_AMAX, TEC_X_E5M2 (FP8 X in E5M2), TEC_W_ROW_MAJOR, TEC_W_TRANSPOSED, TEC_BLOCK_SCALES (with TEC_X_SCALE_ROW = roundup(TEC_ROWS, 4), TEC_W_SCALE_ROW =
 // roundup(K / 128, 4) and TEC_W_SCALE_MEMBER, floats from one expert's W scales to the next's).
+// Tensor maps (the second parameter): 0 X [TEC_ROWS, K bytes] in boxes of 128 rows; 1, with
+// TEC_W_ROW_MAJOR, W [E * N, K bytes] (TEC_W_TRANSPOSED: [E * K, N x 2 bytes]) in boxes of 64.
 // Slots: 0 W, 1 W scale_inv ([E], or block scales), 2 X, 3 X scale_inv, 4 bias [E, N],
 // 5 m_splits, 6 D, 7 status, 8 amax. Dynamic shared
 // memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
@@ -85,8 +86,8 @@
 #define TEC_BLOCK_SCALES 0
 #endif
 // TEC_W_ROW_MAJOR = 1: W is row-major [E * N, K] (a train plan's weight, made every run),
-// copied 16 bytes a thread by cp.async as X is, rather than by bulk copies from mid_m_tiles:
-// so the weight needs no tiled copy of its own every run.
+// read through a tensor map as X is, rather than by bulk copies from mid_m_tiles: so the
+// weight needs no tiled copy of its own every run.
 #ifndef TEC_W_ROW_MAJOR
 #define TEC_W_ROW_MAJOR 0
 #endif
@@ -117,9 +118,9 @@
 // Registers per thread of the producer warpgroup; the two consumers take the rest of what the
 // block launched with: 168 per thread (64 K / 384, in multiples of 8, as ptxas allots them), a
 // pool setmaxnreg moves registers within but cannot grow (an .inc past it waits forever). See
-// the producer below for why 80.
+// the producer below for why 40.
 #ifndef TEC_PRODUCER_REGISTERS
-#define TEC_PRODUCER_REGISTERS 80
+#define TEC_PRODUCER_REGISTERS 40
 #endif
 #define TEC_CONSUMER_REGISTERS ((168 * 384 - 128 * TEC_PRODUCER_REGISTERS) / 256 / 8 * 8)
 
@@ -246,7 +247,7 @@ __device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, Te
   return found && !bad;
 }
 
-extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args) {
+extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args, const __grid_constant__ TecTensorMaps maps) {
   extern __shared__ __align__(1024) u8 tec_shared[];
   tec_wait_for_previous_kernel();  // m_splits and X are the previous kernels' outputs
   const int* m_splits = (const int*)args.slot[5];
@@ -272,7 +273,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < TEC_SLOTS; ++s) {
-      tec_barrier_init(full(s), TEC_W_ROW_MAJOR ? 128 : 128 + 1);  // each producer thread's copies, + the W bytes
+      tec_barrier_init(full(s), 1);    // the producer's arrival with the slot's bytes
       tec_barrier_init(empty(s), 256);     // every consumer thread
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -283,86 +284,48 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   // before, so a slot's phase is that of its global step. The producer thus fills the next
   // tile's first slots while the consumers run this tile's epilogue.
   if (warpgroup == 0) {
-    // The consumers' accumulators take most of the 64 K registers. At 40 the producer spilled
-    // its W addresses (ptxas: 96 bytes; local loads before every bulk copy), and the slots
-    // arrived late: ncu showed the kernel stalled on L1TEX (local memory) 59% of the time, with
-    // the L2 and the tensor cores at half their throughput. 64 spills nothing (te-compile warns
-    // of any kernel that spills, and the codegen tests hold the example plans to none):
-    // moe.json fp8-current T = 8192, fc1 4664 -> 3878 us, fc2 1942 -> 1755 us (H100, one call).
-    // Striding over tiles (t, the ring, the next tile's walk of m_splits) costs 16 more: at 72
-    // ptxas spills 288 bytes, at 80 nothing.
+    // The consumers' accumulators take most of the 64 K registers. A producer that spills
+    // delays every slot: the cp.async producer at 40 registers spilled its W addresses, and ncu
+    // showed the kernel stalled on L1TEX (local memory) 59% of the time (moe.json fp8-current
+    // T = 8192, fc1 4664 -> 3878 us at 64, H100); it needed 80 once tiles were persistent. This
+    // one-thread TMA producer spills at 24, not at 32 (tests/codegen/nvrtc_test.cpp), and at 40
+    // the consumers' 232 against 208 registers gave T = 2048's fc1 956 / 942 against 983 / 1043
+    // us (moe.json fp8-current, H200, one call, two rounds). te-compile warns of any kernel
+    // that spills, and the codegen tests hold the example plans to none.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(TEC_PRODUCER_REGISTERS));
-    const u8* x = (const u8*)args.slot[2];
-    const u8* w = (const u8*)args.slot[0];
+    if (tid != 0) return;  // one thread issues every copy
+    tec_prefetch_tensor_map(maps.map[0]);
+    if (TEC_W_ROW_MAJOR) tec_prefetch_tensor_map(maps.map[1]);
+    [[maybe_unused]] const u8* w = (const u8*)args.slot[0];
     // The tile's W rows, 64 per part (gated: two parts of gate rows, then two of up rows).
-    auto w_row = [&](int part) -> i64 {
+    [[maybe_unused]] auto w_row = [&](int part) -> i64 {
       const i64 expert_row = (i64)tile.expert * TEC_N;
       if (TEC_GATED && part >= 2) return expert_row + TEC_N / 2 + tile.n0 + (part - 2) * 64;
       return expert_row + tile.n0 + part * 64;
     };
     i64 t = blockIdx.x;
-#if TEC_W_TRANSPOSED
-    // A step's row of K holds kWChunks 16-byte chunks of the tile; copy i of a thread is row
-    // kWRowsPerCopy i + tid / kWChunks of the step's 64, chunk tid % kWChunks (atom
-    // (tid % kWChunks) / 8, its chunk tid % 8 there).
-    constexpr i64 kWRowBytes = TEC_N * 2;
-    constexpr int kWChunks = TEC_TILE_N / 8, kWRowsPerCopy = 128 / kWChunks;
-    const u32 w_thread_atom = (u32)((tid % kWChunks) / 8 * 8192);
-#elif TEC_W_ROW_MAJOR
-    const u32 w_thread_slot = (u32)tec_sw128_offset(tid / 8, tid % 8);
-#endif
     for (int ring = 0;; ring += kSteps) {
-#if TEC_W_TRANSPOSED
-      const u8* w_thread = w + ((i64)tile.expert * TEC_K + tid / kWChunks) * kWRowBytes + tile.n0 * 2 + (tid % kWChunks) * 16;
-#elif TEC_W_ROW_MAJOR
-      const u8* w_thread = w + (w_row(0) + tid / 8) * TEC_K_BYTES + (tid % 8) * 16;
-#endif
       for (int step = 0; step < kSteps; ++step) {
         const int g = ring + step, s = g % TEC_SLOTS;
         if (g >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((g / TEC_SLOTS - 1) & 1));
         const u32 slot = base + (u32)(s * kSlotBytes);
+        tec_barrier_arrive_expect_bytes(full(s), kSlotBytes);
+#pragma unroll
+        for (int part = 0; part < TEC_TILE_N / 64; ++part)
 #if TEC_W_TRANSPOSED
-        const u8* w_step = w_thread + (i64)step * 64 * kWRowBytes;
-#pragma unroll
-        for (int i = 0; i < TEC_TILE_N / 16; ++i) {
-          const int row = kWRowsPerCopy * i + tid / kWChunks;
-          tec_copy16(slot + w_thread_atom + (u32)tec_sw128_offset(row, tid % 8),
-                     w_step + (i64)(kWRowsPerCopy * i) * kWRowBytes);
-        }
+          // W^T's 64 rows of K of this step, 64 columns of the tile (128 bytes) per part: the
+          // MN-major atom wgmma reads transposed.
+          tec_tensor_copy(slot + part * 8192, maps.map[1], (int)((tile.n0 + 64 * part) * 2), (int)((i64)tile.expert * TEC_K + step * 64), full(s));
 #elif TEC_W_ROW_MAJOR
-        // W's TEC_TILE_N rows of this step into the slot's swizzled image, as X's below: copy i
-        // of a thread is row 16 i + tid / 8 of the tile (gated: from the 128th on, the up rows
-        // N / 2 - 128 rows further on), chunk tid % 8: the thread's base and a constant per i.
-        // Each copy's address made from its row through w_row() spilled 192 bytes at the
-        // producer's 80 registers.
-        const u8* w_step = w_thread + (i64)step * kStepBytes;
-#pragma unroll
-        for (int i = 0; i < TEC_TILE_N / 16; ++i) {
-          const i64 row_offset = 16 * i + (TEC_GATED && 16 * i >= 128 ? TEC_N / 2 - 128 : 0);
-          tec_copy16(slot + (u32)(i * 2048) + w_thread_slot, w_step + row_offset * TEC_K_BYTES);
-        }
+          tec_tensor_copy(slot + part * 8192, maps.map[1], step * kStepBytes, (int)w_row(part), full(s));
 #else
-        if (tid == 0) {
-          tec_barrier_arrive_expect_bytes(full(s), kWSlotBytes);
-          // One 8 KB bulk copy per 64 rows of W: a tile's step is contiguous in mid_m_tiles.
-#pragma unroll
-          for (int part = 0; part < TEC_TILE_N / 64; ++part)
-            tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
-        }
+          // 8 KB per 64 rows: a tile's step is contiguous in mid_m_tiles.
+          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
 #endif
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const int id = i * 128 + tid, row = id / 8, chunk = id % 8;
-          const i64 source_row = tile.first_row + (row < tile.rows ? row : tile.rows - 1);
-          const u32 dst = slot + kWSlotBytes + (u32)tec_sw128_offset(row, chunk);
-          tec_copy16(dst, x + source_row * TEC_K_BYTES + (i64)step * kStepBytes + chunk * 16);
-        }
-        // The slot's barrier counts this thread's arrival when its copies above have landed.
-        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(full(s)) : "memory");
+        tec_tensor_copy(slot + kWSlotBytes, maps.map[0], step * kStepBytes, (int)tile.first_row, full(s));
       }
       if (!next_tile(t, tile)) break;
     }
-    asm volatile("cp.async.wait_all;" ::: "memory");
     return;
   }
 
@@ -386,7 +349,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   auto issue_step = [&](float (&d)[kAccumulators], int g, bool fresh) {
     const int s = g % TEC_SLOTS;
     tec_barrier_wait(full(s), (u32)((g / TEC_SLOTS) & 1));
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // X came by cp.async (generic proxy), wgmma reads it (async)
     const u32 slot = base + (u32)(s * kSlotBytes);
     const unsigned long long a = tec_sw128_descriptor(slot + kWSlotBytes + (u32)consumer * 8192u);
     const unsigned long long b = tec_sw128_descriptor(slot);

@@ -38,6 +38,28 @@ __device__ __forceinline__ void tec_bulk_copy(u32 dst, const void* src, u32 byte
       "l"(src), "r"(bytes), "r"(bar), "l"(policy)
       : "memory");
 }
+// A TMA tensor map (CUtensorMap) the runtime encoded when the session was created (plan
+// launch field tensor_maps): a buffer as rows of row_bytes, read in boxes of box_rows rows x 128
+// bytes in the 128-byte swizzle, rows past the last as zeros. A kernel with tensor maps takes
+// them as its second parameter, `const __grid_constant__ TecTensorMaps`, so they sit in its
+// parameter space, where the TMA unit reads them.
+struct __align__(128) TecTensorMap {  // as cuda.h aligns CUtensorMap (TMA needs 64)
+  unsigned long long opaque[16];
+};
+struct TecTensorMaps {
+  TecTensorMap map[2];  // plan::kMaxTensorMaps
+};
+__device__ __forceinline__ void tec_prefetch_tensor_map(const TecTensorMap& map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(&map) : "memory");
+}
+// The box at byte `x`, row `y` of the map into shared memory at dst (1024-byte aligned: the
+// swizzle's period), counted as its bytes on barrier bar.
+__device__ __forceinline__ void tec_tensor_copy(u32 dst, const TecTensorMap& map, int x, int y, u32 bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+               "l"(&map), "r"(x), "r"(y), "r"(bar)
+               : "memory");
+}
+
 __device__ __forceinline__ void tec_copy16(u32 dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
 }

@@ -193,6 +193,12 @@ json launches_manifest(const CompiledProfile& p) {
         if (l.early_launch) j["early_launch"] = true;
         if (l.persistent) j["persistent"] = true;
         if (l.constant_copy) j["constant_copy"] = true;
+        if (!l.tensor_maps.empty()) {
+          json maps = json::array();
+          for (const auto& m : l.tensor_maps)
+            maps.push_back({{"buffer", ref(m.buffer)}, {"rows", m.rows}, {"row_bytes", m.row_bytes}, {"box_rows", m.box_rows}});
+          j["tensor_maps"] = maps;
+        }
         break;
       }
       case codegen::Launch::Kind::delayed_scale_inv:

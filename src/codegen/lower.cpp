@@ -1790,6 +1790,11 @@ class StepLowering {
                 buf(d),
                 status_bit(TEC_STATUS_BAD_SPLITS),
                 LaunchArg{}};
+      const int64_t element_bytes = fp8 ? 1 : 2;
+      // W^T row-major: [E * k, n_out], or (bf16, multiplied transposed) W itself, [E * n_out, k].
+      const bool w_transposed = !fp8 && !w_transposed_copy;
+      l.tensor_maps = {grouped_x_map(dy_rows, rows, n_out * element_bytes),
+                       w_transposed ? TensorMapArg{w_t, experts * n_out, k * 2, 64} : TensorMapArg{w_t, experts * k, n_out * element_bytes, 64}};
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (" +
                               (fp8           ? "W's columnwise copy, read row-major"
@@ -1995,6 +2000,8 @@ class StepLowering {
               buf(d),
               status_bit(TEC_STATUS_BAD_SPLITS),
               opt(amax_in_epilogue, amax)};
+    l.tensor_maps = {grouped_x_map(x_data, rows, k * element_bytes)};
+    if (w_row_major) l.tensor_maps.push_back({w_data, experts * n_out, k * element_bytes, 64});
     out_.push_back(std::move(l));
     step_.fusions.push_back("gpu: tec's grouped GEMM (wgmma), m_splits read on the device");
     if (block_scales) step_.fusions.push_back("gpu: fp8-block scales applied per 128-deep step of K in the grouped GEMM");
@@ -2044,6 +2051,9 @@ class StepLowering {
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
     return l;
   }
+
+  // The grouped GEMM's X through a TMA tensor map: `rows` rows of `row_bytes`, 128 rows a box.
+  static TensorMapArg grouped_x_map(const std::string& x, int64_t rows, int64_t row_bytes) { return {x, rows, row_bytes, 128}; }
 
   // A block-scaled grouped weight [experts x n_out rows, k] as bf16 in kernels/mid_m_layout.h's
   // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
@@ -2192,6 +2202,7 @@ WeightLayouts weight_device_layouts(const std::vector<GpuLowering>& profiles) {
       const bool reads_w_in_its_layout = l.entry == "tec_gemm_small_m" || l.entry == "tec_gemm_mid_m" || l.entry == "tec_grouped_gemm";
       for (size_t i = 0; i < l.args.size(); ++i)
         if (l.args[i].kind == LaunchArg::Kind::buffer && !(reads_w_in_its_layout && i == 0)) other_uses.insert(l.args[i].buffer);
+      for (const TensorMapArg& m : l.tensor_maps) other_uses.insert(m.buffer);  // read row-major
     }
   }
   WeightLayouts layouts;

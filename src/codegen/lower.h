@@ -24,6 +24,13 @@ struct LaunchArg {
   int64_t value = 0;
 };
 
+// A TMA tensor map over a kernel's buffer (plan::TensorMap): `rows` rows of `row_bytes`, read in
+// boxes of `box_rows` rows x 128 bytes.
+struct TensorMapArg {
+  std::string buffer;
+  int64_t rows = 0, row_bytes = 0, box_rows = 0;
+};
+
 struct GemmOperand {
   std::string buffer;
   DType type = DType::bf16;
@@ -127,6 +134,7 @@ struct Launch {
   // it on a session's first run and after its arena is restored, as train plans' weight copies.
   bool constant_copy = false;
   std::vector<LaunchArg> args;
+  std::vector<TensorMapArg> tensor_maps;  // the kernel's second parameter (kernels/hopper.cuh TecTensorMaps)
   GemmLaunch gemm;
   std::string buffer;  // memset: zeroed
   CollectiveLaunch collective;

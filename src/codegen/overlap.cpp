@@ -25,6 +25,7 @@ std::vector<std::string> buffers_of(const Launch& l) {
     for (const std::string* b : {&g.a.buffer, &g.a.scale_inv, &g.b.buffer, &g.b.scale_inv, &g.bias, &g.c, &g.d, &g.d_scale, &g.amax_d}) add(*b);
   for (const LaunchArg& a : l.args)
     if (a.kind == LaunchArg::Kind::buffer) add(a.buffer);
+  for (const TensorMapArg& m : l.tensor_maps) add(m.buffer);
   return out;
 }
 

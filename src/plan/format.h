@@ -20,7 +20,7 @@ namespace tec::plan {
 
 inline constexpr char kMagic[8] = {'T', 'E', 'C', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr char kTrailerMagic[8] = {'T', 'E', 'C', 'E', 'N', 'D', '\0', '\0'};
-inline constexpr uint32_t kFormatVersion = 4;  // 2: the four-lane checksum64; 3: device_layout; 4: shared_bytes
+inline constexpr uint32_t kFormatVersion = 5;  // 2: the four-lane checksum64; 3: device_layout; 4: shared_bytes; 5: tensor_maps
 inline constexpr uint64_t kBlobAlignment = 256;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kTrailerBytes = 16;

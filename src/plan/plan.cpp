@@ -292,6 +292,27 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       }
       l.args.push_back(arg);
     }
+    if (r.contains("tensor_maps")) {
+      const json& maps = r.array("tensor_maps");
+      TEC_USER_CHECK(maps.size() <= kMaxTensorMaps, r.ctx("tensor_maps")) << "at most " << kMaxTensorMaps << " tensor maps";
+      for (size_t i = 0; i < maps.size(); ++i) {
+        const std::string map_path = path + "/tensor_maps/" + std::to_string(i);
+        const Reader m(maps[i], map_path, file);
+        TensorMap map;
+        map.buffer = ref(m.field("buffer"), "tensor_maps", false);
+        TEC_USER_CHECK(map.buffer >= 0, m.ctx("buffer")) << "a tensor map needs a buffer";
+        // cuTensorMapEncodeTiled's limits: dimensions up to 2^32, strides multiples of 16 below
+        // 2^40, boxes of at most 256 rows; the 128-byte swizzle reads 128-byte box rows.
+        map.rows = m.integer("rows", 1, int64_t{1} << 32);
+        map.row_bytes = m.integer("row_bytes", 128, (int64_t{1} << 40) - 16);
+        TEC_USER_CHECK(map.row_bytes % 16 == 0, m.ctx("row_bytes")) << "expected a multiple of 16, got " << map.row_bytes;
+        map.box_rows = m.integer("box_rows", 1, 256);
+        TEC_USER_CHECK(map.row_bytes <= bytes_of(map.buffer) / map.rows, m.ctx("rows"))
+            << map.rows << " rows of " << map.row_bytes << " bytes overrun buffer '" << p.buffers[static_cast<size_t>(map.buffer)].name << "' ("
+            << bytes_of(map.buffer) << " bytes)";
+        l.tensor_maps.push_back(map);
+      }
+    }
     return l;
   }
   if (l.kind == "collective") {

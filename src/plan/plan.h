@@ -109,6 +109,16 @@ struct KernelArg {
   int64_t value = 0;
 };
 
+// A TMA tensor map the runtime encodes over a kernel's buffer when the session is created
+// (cuTensorMapEncodeTiled): the buffer as `rows` rows of `row_bytes` bytes, read in boxes of
+// `box_rows` rows x 128 bytes in the 128-byte swizzle (kernels/hopper.cuh TecTensorMaps). The
+// kernel takes them as a second parameter, after its argument slots.
+inline constexpr size_t kMaxTensorMaps = 2;
+struct TensorMap {
+  int buffer = -1;
+  int64_t rows = 0, row_bytes = 0, box_rows = 0;
+};
+
 // A collective over the plan's ranks (NCCL, on the session's communicator): `count` elements
 // of `dtype` per rank, as NCCL counts them (all_gather: each rank's part; reduce_scatter: each
 // rank's result; all_reduce and copy: the whole buffer). all_reduce sums, or takes the
@@ -153,6 +163,7 @@ struct Launch {
   bool persistent = false;    // grid.x is an upper bound: launched as at most the resident blocks (codegen::Launch)
   bool constant_copy = false;  // runs only when the session's weight copies are stale (codegen::Launch)
   std::vector<KernelArg> args;
+  std::vector<TensorMap> tensor_maps;  // a kernel's, at most kMaxTensorMaps
   Gemm gemm;
   int buffer = -1;  // memset
   Collective collective;

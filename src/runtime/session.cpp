@@ -1,6 +1,8 @@
 #include "runtime/session.h"
 
 #include <cublasLt.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cmath>
 #include <algorithm>
@@ -137,6 +139,44 @@ constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 struct KernelSlots {
   unsigned long long slot[plan::kMaxKernelArgs];
 };
+// A kernel's TMA tensor maps, its second parameter (kernels/hopper.cuh: TecTensorMaps).
+struct TensorMaps {
+  CUtensorMap map[plan::kMaxTensorMaps];
+};
+static_assert(sizeof(CUtensorMap) == 128 && sizeof(TensorMaps) == 128 * plan::kMaxTensorMaps);
+
+// cuTensorMapEncodeTiled from the driver, which cudart finds: tec links no libcuda.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(const std::string& step) {
+  static const auto [encode, status] = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &found);
+    return std::pair{e == cudaSuccess && found == cudaDriverEntryPointSuccess ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f) : nullptr,
+                     e};
+  }();
+  if (!encode)
+    throw Error(ErrorKind::device, ctx(step),
+                std::string("the CUDA driver has no cuTensorMapEncodeTiled (") + cudaGetErrorName(status) + "); a driver for CUDA 12 or later is needed");
+  return encode;
+}
+
+// Encodes `m` over `base`: rows of row_bytes bytes, boxes of box_rows x 128 bytes in the
+// 128-byte swizzle, rows past the end read as zeros.
+void encode_tensor_map(CUtensorMap& out, const plan::TensorMap& m, void* base, const std::string& buffer, const std::string& step) {
+  const cuuint64_t dims[2] = {static_cast<cuuint64_t>(m.row_bytes), static_cast<cuuint64_t>(m.rows)};
+  const cuuint64_t strides[1] = {static_cast<cuuint64_t>(m.row_bytes)};
+  const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(m.box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = tensor_map_encoder(step)(&out, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box, element_strides,
+                                              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw Error(ErrorKind::device, ctx(step),
+                "cuTensorMapEncodeTiled failed (CUresult " + std::to_string(static_cast<int>(r)) + ") for buffer '" + buffer + "': " +
+                    std::to_string(m.rows) + " rows of " + std::to_string(m.row_bytes) + " bytes at " +
+                    std::to_string(reinterpret_cast<uintptr_t>(base)) + ", boxes of " + std::to_string(m.box_rows) + " rows");
+}
+
 struct DelayedEntry {  // kernels/delayed_scaling_update.cu: TecDelayedTensor
   float* history;
   float* scale;
@@ -322,6 +362,7 @@ struct Session::Impl {
   std::vector<cudaKernel_t> kernels;       // per launch
   std::vector<unsigned> grid_x;            // per launch: a persistent kernel's grid is cut to the resident blocks
   std::vector<KernelSlots> slots;          // per launch
+  std::vector<TensorMaps> tensor_maps;     // per launch (a kernel's with tensor maps)
   std::vector<std::string> where;          // per launch: the step it belongs to, for errors
   bool early_launch = false;               // programmatic dependent launch for kernels that allow it
   cudaStream_t capture_stream = nullptr;
@@ -483,6 +524,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
   s.kernels.assign(n, nullptr);
   s.grid_x.assign(n, 0);
   s.slots.resize(n);
+  s.tensor_maps.resize(n);
   for (size_t i = 0; i < n; ++i) s.where.push_back(step_name(profile_, profile_.launches[i].step));
   for (size_t i = 0; i < n; ++i) {
     const plan::Launch& l = profile_.launches[i];
@@ -530,6 +572,10 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
           s.status_steps[static_cast<int>(arg.value)].insert(where);
         }
       }
+      std::memset(&s.tensor_maps[i], 0, sizeof(TensorMaps));
+      for (size_t m = 0; m < l.tensor_maps.size(); ++m)
+        encode_tensor_map(s.tensor_maps[i].map[m], l.tensor_maps[m], address(l.tensor_maps[m].buffer),
+                          profile_.buffers.at(static_cast<size_t>(l.tensor_maps[m].buffer)).name, where);
     }
     if (l.kind != "gemm") continue;
     const plan::Gemm& g = l.gemm;
@@ -829,7 +875,7 @@ void Session::enqueue(cudaStream_t stream, const std::vector<size_t>& run, const
       const plan::Buffer& b = profile_.buffers.at(static_cast<size_t>(l.buffer));
       TEC_CUDA(cudaMemsetAsync(address(l.buffer), 0, static_cast<size_t>(b.bytes), stream), where);
     } else if (l.kind == "kernel") {
-      void* args[] = {&s.slots[i]};
+      void* args[] = {&s.slots[i], &s.tensor_maps[i]};  // a kernel without tensor maps has one parameter
       cudaLaunchConfig_t config{};
       config.gridDim = dim3(s.grid_x[i], static_cast<unsigned>(l.grid[1]), static_cast<unsigned>(l.grid[2]));
       config.blockDim = dim3(static_cast<unsigned>(l.block[0]), static_cast<unsigned>(l.block[1]), static_cast<unsigned>(l.block[2]));

@@ -312,6 +312,23 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["early_launch"] = "yes"; }).find("expected a boolean, got \"yes\"") !=
         std::string::npos);
+  // TMA tensor maps (the grouped GEMM's X and W): within their buffer, in the TMA's limits.
+  auto tensor_map = [](int64_t rows, int64_t row_bytes, int64_t box_rows) {
+    return nlohmann::json{{"buffer", 0}, {"rows", rows}, {"row_bytes", row_bytes}, {"box_rows", box_rows}};
+  };
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(int64_t{1} << 32, 128, 128)}; })
+            .find("rows of 128 bytes overrun buffer") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(1, 144, 300)}; })
+            .find("expected an integer in [1, 256], got 300") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(1, 200, 8)}; })
+            .find("expected a multiple of 16, got 200") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(0, 128, 8)}; })
+            .find("expected an integer in [1, 4294967296], got 0") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) {
+          launch(m, "kernel")["tensor_maps"] = {tensor_map(1, 128, 8), tensor_map(1, 128, 8), tensor_map(1, 128, 8)};
+        }).find("at most 2 tensor maps") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {{{"rows", 1}}}; }).find("missing field 'buffer'") !=
+        std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["k"] = 1 << 20; }).find("GEMM operand a needs") !=
         std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["d"]["buffer"] = launch(m, "gemm")["gemm"]["a"]["buffer"]; })
