@@ -16,6 +16,12 @@
 // groups of 8 column tiles per expert, rows fastest, so that a group's W (8 x 128 rows) and the
 // expert's X stay in L2 while the group's blocks run.
 //
+// The last round of tiles is split along K when it would leave more than half the blocks idle
+// (TecSchedule; kernels with K of 64 steps or more, which the lowering gives TEC_SPLIT_SLOTS
+// and the partial sums' buffers): at T = 2048, moe.json's fc2 has ~576 tiles of 112 steps, 4 full rounds of 132
+// blocks and 48 tiles, which run as 96 half-K items instead. A partial item leaves its fp32
+// sum in global memory; the tile's owner item adds those to its own and runs the epilogue.
+//
 // A block is gemm_mid_m.cu's pipeline with 128 rows: one thread of warpgroup 0 produces,
 // copying per 128-byte step of K the block's TEC_TILE_N rows of W (a bulk copy per 64 rows: W
 // is in the mid_m_tiles device layout, kernels/mid_m_layout.h, over the [E * N, K] rows of all
@@ -70,7 +76,8 @@
 // Tensor maps (the second parameter): 0 X [TEC_ROWS, K bytes] in boxes of 128 rows; 1, with
 // TEC_W_ROW_MAJOR, W [E * N, K bytes] (TEC_W_TRANSPOSED: [E * K, N x 2 bytes]) in boxes of 64.
 // Slots: 0 W, 1 W scale_inv ([E], or block scales), 2 X, 3 X scale_inv, 4 bias [E, N],
-// 5 m_splits, 6 D, 7 status, 8 amax. Dynamic shared
+// 5 m_splits, 6 D, 7 status, 8 amax, 9 partial sums (TEC_SPLIT_SLOTS x kAccumulators x 256
+// floats), 10 their counters (one int per split tile, zeroed before the launch). Dynamic shared
 // memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
 #include "hopper.cuh"
 #include "mid_m_layout.h"
@@ -84,6 +91,10 @@
 #endif
 #ifndef TEC_BLOCK_SCALES
 #define TEC_BLOCK_SCALES 0
+#endif
+// The partial sums a split last round may keep (TecSchedule): 0, no split.
+#ifndef TEC_SPLIT_SLOTS
+#define TEC_SPLIT_SLOTS 0
 #endif
 // TEC_W_ROW_MAJOR = 1: W is row-major [E * N, K] (a train plan's weight, made every run),
 // read through a tensor map as X is, rather than by bulk copies from mid_m_tiles: so the
@@ -118,9 +129,9 @@
 // Registers per thread of the producer warpgroup; the two consumers take the rest of what the
 // block launched with: 168 per thread (64 K / 384, in multiples of 8, as ptxas allots them), a
 // pool setmaxnreg moves registers within but cannot grow (an .inc past it waits forever). See
-// the producer below for why 40.
+// the producer below for why 40, or 56 with a split last round.
 #ifndef TEC_PRODUCER_REGISTERS
-#define TEC_PRODUCER_REGISTERS 40
+#define TEC_PRODUCER_REGISTERS (TEC_SPLIT_SLOTS > 0 ? 56 : 40)
 #endif
 #define TEC_CONSUMER_REGISTERS ((168 * 384 - 128 * TEC_PRODUCER_REGISTERS) / 256 / 8 * 8)
 
@@ -168,7 +179,7 @@ constexpr int kStagingRowBytes = kTileRowBytes + 16;
 static_assert(64 * kStagingRowBytes <= kSlotBytes, "a consumer's 64 staged rows fit in a slot");
 
 struct TecGroupedArgs {
-  unsigned long long slot[9];
+  unsigned long long slot[11];
 };
 
 #if TEC_W_TRANSPOSED
@@ -211,15 +222,20 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long lon
 }
 #endif
 
-// Which tile block `block` computes under this run's m_splits; false when the routing needs
-// fewer tiles (or the splits are bad, which `bad` then says).
+// A block's work item: a tile, or (the last round split) a range of a tile's steps of K.
 struct TecTile {
   int expert;
   i64 first_row;  // of the tile, in X and D
   int rows;       // valid rows in the tile, 1..128
   i64 n0;         // first column of D
+  int step0, steps;  // the item's steps of K
+  int part;          // -1: the whole tile; 0: the split tile's owner, which adds the others' sums; > 0: a partial sum
+  int split;         // which split tile
 };
-__device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, TecTile& tile, bool& bad) {
+// Which tile `index` is under this run's m_splits; false when the routing needs fewer tiles (or
+// the splits are bad, which `bad` then says). Sets the tile's rows and columns.
+__device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 index, TecTile& tile, bool& bad) {
+  const i64 block = index;
   i64 row = 0, left = block;
   bool found = false;
   bad = false;
@@ -247,22 +263,77 @@ __device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 block, Te
   return found && !bad;
 }
 
+// The last round split along K (TEC_SPLIT_SLOTS, args slots 9 and 10): when the tiles left
+// after the last full round of gridDim.x blocks are at most half the blocks, each of them is cut
+// into `parts` ranges of K, one item each, so that the round's blocks all work. Items below
+// `whole` are whole tiles; then `split` tiles of `parts` items each, all in the last round.
+struct TecSchedule {
+  i64 whole, split;
+  int parts;
+};
+#define TEC_MAX_PARTS 4
+__device__ __forceinline__ bool tec_schedule(const int* m_splits, bool can_split, TecSchedule& schedule, bool& bad) {
+  i64 row = 0, tiles = 0;
+  bad = false;
+  for (int e = 0; e < TEC_E; ++e) {
+    const i64 m = m_splits[e];
+    if (m < 0 || m > TEC_ROWS - row) {
+      bad = true;
+      return false;
+    }
+    tiles += (m + TEC_TILE - 1) / TEC_TILE * kColumnTiles;
+    row += m;
+  }
+  bad = row != TEC_ROWS;
+  if (bad) return false;
+  const i64 rest = tiles % gridDim.x;
+  i64 parts = TEC_SPLIT_SLOTS > 0 && rest > 0 && can_split ? gridDim.x / rest : 1;
+  parts = parts < TEC_MAX_PARTS ? parts : TEC_MAX_PARTS;
+  parts = parts < kSteps / 2 ? parts : kSteps / 2;  // an owner's range keeps the staged epilogue's two steps
+  if (rest > TEC_SPLIT_SLOTS) parts = 1;  // a counter per split tile
+  if (rest > 0 && parts > (i64)TEC_SPLIT_SLOTS / rest + 1) parts = (i64)TEC_SPLIT_SLOTS / rest + 1;  // the partial sums fit
+  schedule.parts = parts >= 2 ? (int)parts : 1;
+  schedule.split = parts >= 2 ? rest : 0;
+  schedule.whole = tiles - schedule.split;
+  return true;
+}
+__device__ __forceinline__ bool tec_find_item(const int* m_splits, const TecSchedule& schedule, i64 item, TecTile& tile) {
+  i64 index = item;
+  tile.step0 = 0;
+  tile.steps = kSteps;
+  tile.part = -1;
+  tile.split = 0;
+  if (item >= schedule.whole) {
+    const i64 within = item - schedule.whole;
+    if (within >= schedule.split * schedule.parts) return false;
+    tile.split = (int)(within / schedule.parts);
+    tile.part = (int)(within % schedule.parts);
+    index = schedule.whole + tile.split;
+    tile.step0 = tile.part * kSteps / schedule.parts;
+    tile.steps = (tile.part + 1) * kSteps / schedule.parts - tile.step0;
+  }
+  bool ignored;  // the splits were checked by tec_schedule
+  return tec_find_tile(m_splits, index, tile, ignored);
+}
+
 extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args, const __grid_constant__ TecTensorMaps maps) {
   extern __shared__ __align__(1024) u8 tec_shared[];
   tec_wait_for_previous_kernel();  // m_splits and X are the previous kernels' outputs
   const int* m_splits = (const int*)args.slot[5];
-  TecTile tile;
+  TecSchedule schedule;
   bool bad;
-  if (!tec_find_tile(m_splits, blockIdx.x, tile, bad)) {
+  if (!tec_schedule(m_splits, args.slot[9] != 0, schedule, bad)) {
     if (bad && blockIdx.x == 0 && threadIdx.x == 0) atomicOr((int*)args.slot[7], TEC_STATUS_BAD_SPLITS);
     return;
   }
-  // The block's next tile after tile `t`: persistent blocks (a grid of at most the resident
-  // blocks, launch.persistent) stride over the tiles, and both roles walk the same sequence.
+  TecTile tile;
+  if (!tec_find_item(m_splits, schedule, blockIdx.x, tile)) return;
+  // The block's next item after item `t`: persistent blocks (a grid of at most the resident
+  // blocks, launch.persistent) stride over the items, and both roles walk the same sequence.
+  // A split item is its block's last (the split tiles' items are at most one round).
   auto next_tile = [&](i64& t, TecTile& next) {
     t += gridDim.x;
-    bool ignored;  // the splits were checked by the first tile
-    return tec_find_tile(m_splits, t, next, ignored);
+    return tec_find_item(m_splits, schedule, t, next);
   };
   // The swizzle repeats every 1024 bytes, and the descriptors assume slots aligned to it.
   const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;
@@ -287,11 +358,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     // The consumers' accumulators take most of the 64 K registers. A producer that spills
     // delays every slot: the cp.async producer at 40 registers spilled its W addresses, and ncu
     // showed the kernel stalled on L1TEX (local memory) 59% of the time (moe.json fp8-current
-    // T = 8192, fc1 4664 -> 3878 us at 64, H100); it needed 80 once tiles were persistent. This
-    // one-thread TMA producer spills at 24, not at 32 (tests/codegen/nvrtc_test.cpp), and at 40
-    // the consumers' 232 against 208 registers gave T = 2048's fc1 956 / 942 against 983 / 1043
-    // us (moe.json fp8-current, H200, one call, two rounds). te-compile warns of any kernel
-    // that spills, and the codegen tests hold the example plans to none.
+    // T = 8192, fc1 4664 -> 3878 us at 64, H100); it needed 80 once tiles were persistent. The
+    // one-thread TMA producer spilled at 24, not at 32 (tests/codegen/nvrtc_test.cpp), and at
+    // 40 the consumers' 232 against 208 registers gave T = 2048's fc1 956 / 942 against 983 /
+    // 1043 us (moe.json fp8-current, H200, one call, two rounds). The split last round's item
+    // walk makes it spill at 40, not at 48; 56 leaves the consumers 224, as 48 would.
+    // te-compile warns of any kernel that spills, and the codegen tests hold the example plans
+    // to none.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(TEC_PRODUCER_REGISTERS));
     if (tid != 0) return;  // one thread issues every copy
     tec_prefetch_tensor_map(maps.map[0]);
@@ -304,9 +377,9 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       return expert_row + tile.n0 + part * 64;
     };
     i64 t = blockIdx.x;
-    for (int ring = 0;; ring += kSteps) {
-      for (int step = 0; step < kSteps; ++step) {
-        const int g = ring + step, s = g % TEC_SLOTS;
+    for (int ring = 0;;) {
+      for (int step = 0; step < tile.steps; ++step) {
+        const int g = ring + step, s = g % TEC_SLOTS, k_step = tile.step0 + step;
         if (g >= TEC_SLOTS) tec_barrier_wait(empty(s), (u32)((g / TEC_SLOTS - 1) & 1));
         const u32 slot = base + (u32)(s * kSlotBytes);
         tec_barrier_arrive_expect_bytes(full(s), kSlotBytes);
@@ -315,15 +388,16 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
 #if TEC_W_TRANSPOSED
           // W^T's 64 rows of K of this step, 64 columns of the tile (128 bytes) per part: the
           // MN-major atom wgmma reads transposed.
-          tec_tensor_copy(slot + part * 8192, maps.map[1], (int)((tile.n0 + 64 * part) * 2), (int)((i64)tile.expert * TEC_K + step * 64), full(s));
+          tec_tensor_copy(slot + part * 8192, maps.map[1], (int)((tile.n0 + 64 * part) * 2), (int)((i64)tile.expert * TEC_K + k_step * 64), full(s));
 #elif TEC_W_ROW_MAJOR
-          tec_tensor_copy(slot + part * 8192, maps.map[1], step * kStepBytes, (int)w_row(part), full(s));
+          tec_tensor_copy(slot + part * 8192, maps.map[1], k_step * kStepBytes, (int)w_row(part), full(s));
 #else
           // 8 KB per 64 rows: a tile's step is contiguous in mid_m_tiles.
-          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)step * 8192, 8192, full(s));
+          tec_bulk_copy(slot + part * 8192, w + tec_mid_m_tiled_offset(w_row(part), 0, TEC_K_BYTES) + (i64)k_step * 8192, 8192, full(s));
 #endif
-        tec_tensor_copy(slot + kWSlotBytes, maps.map[0], step * kStepBytes, (int)tile.first_row, full(s));
+        tec_tensor_copy(slot + kWSlotBytes, maps.map[0], k_step * kStepBytes, (int)tile.first_row, full(s));
       }
+      ring += tile.steps;
       if (!next_tile(t, tile)) break;
     }
     return;
@@ -402,7 +476,11 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
   };
 
   i64 t = blockIdx.x;
-  for (int ring = 0;; ring += kSteps) {
+  for (int ring = 0;;) {
+    const int steps = tile.steps;
+    // The staged epilogue holds the item's last two slots; a partial sum has no epilogue here.
+    const bool staged = kStaged && tile.part <= 0;
+    auto held = [&](int step) { return staged && step >= steps - 2; };
 #if TEC_BLOCK_SCALES
     // A 128-byte step of K is one scale block of X (1x128) and of W (128x128, the tile's 128
     // rows): the step's product is made apart and added into acc times both blocks' scale_inv.
@@ -416,25 +494,26 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     float part[kAccumulators];
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) acc[i] = part[i] = 0.0f;
-    for (int step = 0; step < kSteps; ++step) {
-      const float w_s = w_scale[step];
-      const float s0 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[(i64)step * TEC_X_SCALE_ROW + x_row1] * w_s;
+    for (int step = 0; step < steps; ++step) {
+      const i64 k_step = tile.step0 + step;
+      const float w_s = w_scale[k_step];
+      const float s0 = x_scale[k_step * TEC_X_SCALE_ROW + x_row0] * w_s, s1 = x_scale[k_step * TEC_X_SCALE_ROW + x_row1] * w_s;
       issue_step(part, ring + step, true);
       asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-      if (!(kStaged && step >= kSteps - 2)) tec_barrier_arrive(empty((ring + step) % TEC_SLOTS));
+      if (!held(step)) tec_barrier_arrive(empty((ring + step) % TEC_SLOTS));
 #pragma unroll
       for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(part[i])::"memory");  // not read before the wait
 #pragma unroll
       for (int i = 0; i < kAccumulators; ++i) acc[i] += part[i] * ((i & 2) ? s1 : s0);
     }
 #else
-    for (int step = 0; step < kSteps; ++step) {
+    for (int step = 0; step < steps; ++step) {
       issue_step(acc, ring + step, step == 0);
       asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory");
-      if (step > 0 && !(kStaged && step == kSteps - 1)) tec_barrier_arrive(empty((ring + step - 1) % TEC_SLOTS));
+      if (step > 0 && !held(step - 1)) tec_barrier_arrive(empty((ring + step - 1) % TEC_SLOTS));
     }
     asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-    if (!kStaged) tec_barrier_arrive(empty((ring + kSteps - 1) % TEC_SLOTS));  // the producer may fill it for the next tile
+    if (!held(steps - 1)) tec_barrier_arrive(empty((ring + steps - 1) % TEC_SLOTS));  // the producer may fill it for the next tile
 #endif
 #pragma unroll
     for (int i = 0; i < kAccumulators; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // not read before the wait
@@ -442,6 +521,39 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     TecTile next;
     const bool last = !next_tile(t, next);
     if (last) tec_allow_next_kernel();
+    // A split tile: each partial item stores its sum in its slot of the partials (slot 9: per
+    // slot, accumulator i of consumer thread c at i * 256 + c, so a warp's stores and loads are
+    // contiguous) and counts itself done on the tile's counter (slot 10, zeroed before the
+    // launch); the owner waits for them all, adds them in part order, and runs the epilogue.
+    // Every split item is in the last round, so a waiting owner waits only for blocks that wait
+    // for nothing.
+    const int consumer_thread = threadIdx.x - 128;
+    float* partials = (float*)args.slot[9];
+    int* done = (int*)args.slot[10] + tile.split;
+    auto partial_sum = [&](int part) { return partials + (i64)(tile.split * (schedule.parts - 1) + part - 1) * kAccumulators * 256 + consumer_thread; };
+    if (tile.part > 0) {
+      float* sum = partial_sum(tile.part);
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) __stcg(sum + i * 256, acc[i]);
+      __threadfence();
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      if (consumer_thread == 0) atomicAdd(done, 1);
+      break;  // the block's last item
+    }
+    if (tile.part == 0) {
+      if (consumer_thread == 0) {
+        int count;
+        do {
+          asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(count) : "l"(done) : "memory");
+        } while (count < schedule.parts - 1);
+      }
+      asm volatile("bar.sync 1, 256;" ::: "memory");
+      for (int part = 1; part < schedule.parts; ++part) {
+        const float* sum = partial_sum(part);
+#pragma unroll
+        for (int i = 0; i < kAccumulators; ++i) acc[i] += __ldcg(sum + i * 256);
+      }
+    }
 #if TEC_BF16 || TEC_BLOCK_SCALES
     const float alpha = 1.0f;
 #else
@@ -459,7 +571,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     valid0 = row < tile.rows;
     valid1 = row + 8 < tile.rows;
     // The consumer's staging slot: the last step's (consumer 0) or the one before (consumer 1).
-    const u32 staging_slot = base + (u32)(((ring + kSteps - 1 - consumer) % TEC_SLOTS) * kSlotBytes);
+    const u32 staging_slot = base + (u32)(((ring + steps - 1 - consumer) % TEC_SLOTS) * kSlotBytes);
     if constexpr (kStaged) {
       staging = staging_slot + (u32)((row - consumer * 64) * kStagingRowBytes + 4 * (lane % 4));
       asm volatile("bar.sync 1, 256;" ::: "memory");  // both consumers' MMAs have read the slots
@@ -495,6 +607,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
       release_pending = true;
     }
     if (last) break;
+    ring += steps;
     tile = next;
   }
   if constexpr (kStaged) tec_bulk_store_wait_all();  // D written before the block exits (its last slots need no release)

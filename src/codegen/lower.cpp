@@ -1780,7 +1780,7 @@ class StepLowering {
         defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
                                        "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(n_out, 128), 4)) + "LL",
                                        "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::columnwise_scale_inv) / 4) + "LL"});
-      Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n);
+      Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n, n_out * (fp8 ? 1 : 2));
       l.args = {buf(w_t),
                 fp8 ? buf(role(w, block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv)) : LaunchArg{},
                 buf(dy_rows),
@@ -1790,6 +1790,7 @@ class StepLowering {
                 buf(d),
                 status_bit(TEC_STATUS_BAD_SPLITS),
                 LaunchArg{}};
+      add_grouped_split(l, tile_n, n_out * (fp8 ? 1 : 2));
       const int64_t element_bytes = fp8 ? 1 : 2;
       // W^T row-major: [E * k, n_out], or (bf16, multiplied transposed) W itself, [E * n_out, k].
       const bool w_transposed = !fp8 && !w_transposed_copy;
@@ -1989,7 +1990,7 @@ class StepLowering {
       defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
                                      "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(k, 128), 4)) + "LL",
                                      "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::scale_inv) / 4) + "LL"});
-    Launch l = grouped_gemm_launch(std::move(defines), rows, experts, gated_epilogue ? n_out / 2 / 128 : n_out / tile_n, tile_n);
+    Launch l = grouped_gemm_launch(std::move(defines), rows, experts, gated_epilogue ? n_out / 2 / 128 : n_out / tile_n, tile_n, k * element_bytes);
     auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };
     l.args = {buf(w_data),
               opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)),
@@ -2000,6 +2001,7 @@ class StepLowering {
               buf(d),
               status_bit(TEC_STATUS_BAD_SPLITS),
               opt(amax_in_epilogue, amax)};
+    add_grouped_split(l, tile_n, k * element_bytes);
     l.tensor_maps = {grouped_x_map(x_data, rows, k * element_bytes)};
     if (w_row_major) l.tensor_maps.push_back({w_data, experts * n_out, k * element_bytes, 64});
     out_.push_back(std::move(l));
@@ -2033,7 +2035,10 @@ class StepLowering {
 
   // kernels/grouped_gemm.cu over `rows` rows of `experts` experts, `column_tiles` tiles of D's
   // columns per 128 rows.
-  Launch grouped_gemm_launch(std::vector<std::string> defines, int64_t rows, int64_t experts, int64_t column_tiles, int64_t tile_n) {
+  Launch grouped_gemm_launch(std::vector<std::string> defines, int64_t rows, int64_t experts, int64_t column_tiles, int64_t tile_n,
+                             int64_t k_bytes) {
+    const bool split = grouped_split(k_bytes);
+    if (split) defines.push_back("TEC_SPLIT_SLOTS=" + std::to_string(kGroupedSplitSlots));
     KernelRequest request{"grouped_gemm.cu", std::move(defines), ""};
     request.arch_specific = true;
     Launch l;
@@ -2041,8 +2046,9 @@ class StepLowering {
     l.step = index_;
     l.module = modules_.add(request);
     l.entry = "tec_grouped_gemm";
-    // The most tiles any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E per column tile.
-    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles, 1, 1};
+    // The most items any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E
+    // tiles per column tile, a last round split into up to 4 items per tile.
+    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles * (split ? kGroupedMaxParts : 1), 1, 1};
     l.block = {384, 1, 1};  // a producer warpgroup and two consumers
     // One block per SM striding over the tiles: its producer fills the next tile's slots while
     // its consumers run this tile's epilogue.
@@ -2050,6 +2056,25 @@ class StepLowering {
     // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
     return l;
+  }
+
+  // kernels/grouped_gemm.cu's split last round (TecSchedule): up to TEC_MAX_PARTS items per
+  // tile, partial sums for a round's blocks (sm_90 GPUs have at most 132 SMs, one block each),
+  // and a counter per split tile, zeroed before every launch. Only for a K of 64 steps or more:
+  // a round of moe.json's fc2 (K = 14336) is ~90 us, and splitting its last round saved ~30 us
+  // at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192 with it (the
+  // producer's item walk takes 16 more registers from the consumers).
+  static constexpr int64_t kGroupedMaxParts = 4, kGroupedSplitSlots = 132;
+  static bool grouped_split(int64_t k_bytes) { return k_bytes >= 64 * 128; }
+  void add_grouped_split(Launch& l, int64_t tile_n, int64_t k_bytes) {
+    if (!grouped_split(k_bytes)) return;
+    const std::string partials =
+        add_workspace("split_partials", TensorProto::dense(Shape{kGroupedSplitSlots, tile_n / 2 * 256}, DType::fp32));
+    const std::string counters = add_workspace("split_counters", TensorProto::dense(Shape{kGroupedSplitSlots}, DType::int32));
+    memset(counters);
+    l.args.resize(11);
+    l.args[9] = buf(partials);
+    l.args[10] = buf(counters);
   }
 
   // The grouped GEMM's X through a TMA tensor map: `rows` rows of `row_bytes`, 128 rows a box.

@@ -105,6 +105,41 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   CHECK(launches[1]->args.at(3).buffer == value_buffer_name("act", BufferRole::data));
 }
 
+TEST_CASE("a grouped GEMM over K of 64 steps or more splits a short last round along K: partial sums, and counters zeroed before it") {
+  // F = 8192: fc2's K is 8192 bytes of FP8, 64 steps; fc1's K (H = 256) is 2.
+  const CompileResult r = lowered(moe_tiny_with_ffn(8192), RecipeKind::fp8_current);
+  const CompiledProfile& p = r.profiles.at(0);
+  REQUIRE(p.gpu.supported);
+  for (const std::string name : {"fc1+act", "fc2"}) {
+    CAPTURE(name);
+    int index = -1;
+    const Step& step = step_named(p, name, &index);
+    const std::vector<const Launch*> launches = launches_of(p, index);
+    const auto gemm = std::find_if(launches.begin(), launches.end(), [](const Launch* l) { return l->entry == "tec_grouped_gemm"; });
+    REQUIRE(gemm != launches.end());
+    const auto& defines = r.code.modules.at(static_cast<size_t>((*gemm)->module)).defines;
+    const bool split = std::find(defines.begin(), defines.end(), "TEC_SPLIT_SLOTS=132") != defines.end();
+    CHECK(split == (name == "fc2"));
+    if (!split) {
+      CHECK((*gemm)->args.size() == 9);
+      continue;
+    }
+    REQUIRE((*gemm)->args.size() == 11);
+    CHECK((*gemm)->args[9].buffer == workspace_buffer_name(step.name, "split_partials", BufferRole::data));
+    CHECK((*gemm)->args[10].buffer == workspace_buffer_name(step.name, "split_counters", BufferRole::data));
+    REQUIRE(gemm != launches.begin());
+    CHECK((*(gemm - 1))->kind == Launch::Kind::memset);
+    CHECK((*(gemm - 1))->buffer == (*gemm)->args[10].buffer);
+    // 132 partial sums of a 128 x 256 tile (two consumers' 128 floats a thread).
+    const auto partials = std::find_if(step.workspaces.begin(), step.workspaces.end(), [](const Workspace& w) { return w.name == "split_partials"; });
+    REQUIRE(partials != step.workspaces.end());
+    CHECK(partials->proto.shape == Shape{132, 128 * 256});
+    // Up to 4 items per tile: tiles of 128 rows (rows / 128 + E per column tile) x 256 columns.
+    const int64_t rows = 64 * 2, experts = 4, column_tiles = 256 / 256;
+    CHECK((*gemm)->grid[0] == 4 * (rows / 128 + experts) * column_tiles);
+  }
+}
+
 TEST_CASE("fp8-block experts run in FP8: the grouped GEMM reads the data and both operands' block scales") {
   const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", RecipeKind::fp8_block);
   const CompiledProfile& p = r.profiles.at(0);

@@ -394,6 +394,11 @@ int moe_test(const std::string& arch) {
   std::string narrow = read_text(tiny);
   const std::string dims = R"("F2": 256, "F": 128)";
   narrow.replace(narrow.find(dims), dims.size(), R"("F2": 128, "F": 64)");
+  // Experts of ffn 8192: fc2's K is 64 steps or more, so its grouped GEMM splits a short last
+  // round along K (4 items per tile at T = 64), and partial sums meet in the owner's epilogue.
+  std::string long_k = read_text(tiny);
+  long_k.replace(long_k.find(dims), dims.size(), R"("F2": 16384, "F": 8192)");
+  const std::string long_k_model = write_model("long_k_experts", long_k);
   const char* only_recipe = std::getenv("TEC_GPU_TEST_RECIPE");  // e.g. mxfp8: that recipe's cases alone
   const bool train_only = std::getenv("TEC_GPU_TEST_MOE_TRAIN_ONLY") != nullptr;  // the routed training cases alone
   if (!only_recipe && !train_only) failures += router_case(write_model("narrow_experts", narrow), RecipeKind::bf16, arch, stream);
@@ -402,6 +407,7 @@ int moe_test(const std::string& arch) {
     if ((only_recipe && to_string(recipe) != only_recipe) || train_only) continue;
     failures += router_case(tiny, recipe, arch, stream);
     failures += router_case(medium, recipe, arch, stream);
+    failures += router_case(long_k_model, recipe, arch, stream);
     failures += routed_case(recipe, arch, stream);
     if (recipe == RecipeKind::fp8_block) {  // and through a bf16 copy of the weights (--no-grouped-block-scales)
       failures += router_case(tiny, recipe, arch, stream, false);
