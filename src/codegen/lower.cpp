@@ -2062,8 +2062,8 @@ class StepLowering {
   // tile, partial sums for a round's blocks (sm_90 GPUs have at most 132 SMs, one block each),
   // and a counter per split tile, zeroed before every launch. Only for a K of 64 steps or more:
   // a round of moe.json's fc2 (K = 14336) is ~90 us, and splitting its last round saved ~30 us
-  // at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192 with it (the
-  // producer's item walk takes 16 more registers from the consumers).
+  // at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192 with it (its
+  // producer then needs 56 registers, not 40, leaving the consumers 224, not 232).
   static constexpr int64_t kGroupedMaxParts = 4, kGroupedSplitSlots = 132;
   static bool grouped_split(int64_t k_bytes) { return k_bytes >= 64 * 128; }
   void add_grouped_split(Launch& l, int64_t tile_n, int64_t k_bytes) {

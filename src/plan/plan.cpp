@@ -301,10 +301,11 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         TensorMap map;
         map.buffer = ref(m.field("buffer"), "tensor_maps", false);
         TEC_USER_CHECK(map.buffer >= 0, m.ctx("buffer")) << "a tensor map needs a buffer";
-        // cuTensorMapEncodeTiled's limits: dimensions up to 2^32, strides multiples of 16 below
-        // 2^40, boxes of at most 256 rows; the 128-byte swizzle reads 128-byte box rows.
+        // cuTensorMapEncodeTiled's limits: dimensions up to 2^32 (a row's bytes are one),
+        // strides multiples of 16, boxes of at most 256 rows; the 128-byte swizzle reads
+        // 128-byte box rows.
         map.rows = m.integer("rows", 1, int64_t{1} << 32);
-        map.row_bytes = m.integer("row_bytes", 128, (int64_t{1} << 40) - 16);
+        map.row_bytes = m.integer("row_bytes", 128, int64_t{1} << 32);
         TEC_USER_CHECK(map.row_bytes % 16 == 0, m.ctx("row_bytes")) << "expected a multiple of 16, got " << map.row_bytes;
         map.box_rows = m.integer("box_rows", 1, 256);
         TEC_USER_CHECK(map.row_bytes <= bytes_of(map.buffer) / map.rows, m.ctx("rows"))
