@@ -343,12 +343,15 @@ int routed_train_case(RecipeKind recipe, const std::string& arch, cudaStream_t s
   return failures + hostile_expert_case(b, label, recipe, [&] { set_routing(b.inputs, rng, 0, tokens, top_k, experts); }, "dx");
 }
 
-// m_splits given from outside that do not sum to the rows.
-int hostile_splits_case(const std::string& arch, cudaStream_t stream) {
-  const std::string model = R"({"name": "splits", "inputs": [{"name": "x", "shape": [256, 256]}, {"name": "splits", "shape": [4], "dtype": "int32"}],
-    "ops": [{"name": "fc", "op": "grouped_linear", "inputs": ["x", "splits"], "attrs": {"num_gemms": 4, "in_features": 256, "out_features": 128}}],
+// m_splits given from outside that do not sum to the rows. in_features 8192 (bf16: 128 steps of
+// K) makes the grouped GEMM split its last round along K, whose items are scheduled by the same
+// check.
+int hostile_splits_case(const std::string& arch, cudaStream_t stream, int in_features) {
+  std::string model = R"({"name": "splits", "inputs": [{"name": "x", "shape": [256, IN]}, {"name": "splits", "shape": [4], "dtype": "int32"}],
+    "ops": [{"name": "fc", "op": "grouped_linear", "inputs": ["x", "splits"], "attrs": {"num_gemms": 4, "in_features": IN, "out_features": 128}}],
     "outputs": ["fc"]})";
-  const auto plan = compile_plan(write_model("splits", model), RecipeKind::bf16, arch);
+  for (size_t at; (at = model.find("IN")) != std::string::npos;) model.replace(at, 2, std::to_string(in_features));
+  const auto plan = compile_plan(write_model("splits_" + std::to_string(in_features), model), RecipeKind::bf16, arch);
   Bench b(plan, 0, stream);
   b.inputs.randomize_inputs(1);
   int failures = 0;
@@ -364,7 +367,7 @@ int hostile_splits_case(const std::string& arch, cudaStream_t stream) {
       }
     const bool ok = refused == again && refused.find("m_splits negative or not summing to the rows (step 'fc')") != std::string::npos;
     failures += ok ? 0 : 1;
-    std::printf("  hostile m_splits [%g, %g, %g, %g]: %s%s\n", splits[0], splits[1], splits[2], splits[3],
+    std::printf("  hostile m_splits [%g, %g, %g, %g], K %d: %s%s\n", splits[0], splits[1], splits[2], splits[3], in_features,
                 refused.empty() ? "NOT REPORTED" : "reported", ok ? "" : "  FAIL");
   }
   b.inputs.set_input("splits", HostTensor{Shape{4}, {64, 0, 150, 42}});
@@ -372,7 +375,7 @@ int hostile_splits_case(const std::string& arch, cudaStream_t stream) {
   b.gpu.run(stream);  // clears the last bad run's status
   const double error = b.replay_error("fc");
   failures += error < kGemmBound ? 0 : 1;
-  std::printf("  good m_splits after them: ||gpu-cpu||/||cpu|| %.2e%s\n", error, error < kGemmBound ? "" : "  FAIL");
+  std::printf("  good m_splits after them, K %d: ||gpu-cpu||/||cpu|| %.2e%s\n", in_features, error, error < kGemmBound ? "" : "  FAIL");
   return failures;
 }
 
@@ -421,7 +424,8 @@ int moe_test(const std::string& arch) {
       failures += routed_train_case(recipe, arch, stream);
       if (recipe == RecipeKind::fp8_block) failures += routed_train_case(recipe, arch, stream, 300);  // and its mma.sync wgrad
     }
-  if (!only_recipe && !train_only) failures += hostile_splits_case(arch, stream);
+  if ((!only_recipe || std::string(only_recipe) == "bf16") && !train_only)
+    for (int in_features : {256, 8192}) failures += hostile_splits_case(arch, stream, in_features);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return failures;
 }
