@@ -38,20 +38,18 @@ CompileResult lowered(const std::string& model, RecipeKind recipe, bool grouped_
   return compile(options);
 }
 
-const Step& step_named(const CompiledProfile& p, const std::string& name, int* index) {
-  for (size_t i = 0; i < p.schedule.steps.size(); ++i)
-    if (p.schedule.steps[i].name == name) {
-      *index = static_cast<int>(i);
-      return p.schedule.steps[i];
-    }
-  FAIL("no step " << name);
-  throw;
-}
+// A step of the profile and, in order, the GPU launches that run it.
+struct LoweredStep {
+  const Step& step;
+  std::vector<const Launch*> launches;
+};
 
-std::vector<const Launch*> launches_of(const CompiledProfile& p, int step) {
-  std::vector<const Launch*> out;
+LoweredStep lowered_step(const CompiledProfile& p, const std::string& name) {
+  const auto step = std::find_if(p.schedule.steps.begin(), p.schedule.steps.end(), [&](const Step& s) { return s.name == name; });
+  if (step == p.schedule.steps.end()) FAIL("no step " << name);
+  LoweredStep out{*step, {}};
   for (const Launch& l : p.gpu.launches)
-    if (l.step == step) out.push_back(&l);
+    if (l.step == step - p.schedule.steps.begin()) out.launches.push_back(&l);
   return out;
 }
 
@@ -63,12 +61,10 @@ TEST_CASE("an expert's SwiGLU joins fc1's grouped GEMM step: in the epilogue whe
     const CompileResult r = lowered(test::source_dir() + "/examples/moe_tiny.json", recipe);
     const CompiledProfile& p = r.profiles.at(0);
     REQUIRE(p.gpu.supported);
-    int index = -1;
-    const Step& step = step_named(p, "fc1+act", &index);
+    const auto [step, launches] = lowered_step(p, "fc1+act");
     CHECK(step.kind == StepKind::gemm);
     CHECK(std::any_of(step.fusions.begin(), step.fusions.end(),
                       [](const std::string& f) { return f.starts_with("gpu: swiglu 'act' in the grouped GEMM's epilogue"); }));
-    const std::vector<const Launch*> launches = launches_of(p, index);
     std::vector<std::string> entries;
     for (const Launch* l : launches) entries.push_back(l->kind == Launch::Kind::memset ? "memset" : l->entry);
     if (recipe == RecipeKind::bf16) {
@@ -91,12 +87,10 @@ TEST_CASE("where no tile can pair gate with up columns (out_features / 2 % 128 !
   const CompileResult r = lowered(moe_tiny_with_ffn(64), RecipeKind::bf16);
   const CompiledProfile& p = r.profiles.at(0);
   REQUIRE(p.gpu.supported);
-  int index = -1;
-  const Step& step = step_named(p, "fc1+act", &index);
+  const auto [step, launches] = lowered_step(p, "fc1+act");
   CHECK(std::any_of(step.fusions.begin(), step.fusions.end(), [](const std::string& f) {
     return f.find("by a row kernel after the grouped GEMM: out_features / 2 = 64 is no multiple of 128") != std::string::npos;
   }));
-  const std::vector<const Launch*> launches = launches_of(p, index);
   REQUIRE(launches.size() == 2);
   CHECK(launches[0]->entry == "tec_grouped_gemm");
   CHECK(launches[1]->entry == "tec_row");
@@ -112,9 +106,7 @@ TEST_CASE("a grouped GEMM over K of 64 steps or more splits a short last round a
   REQUIRE(p.gpu.supported);
   for (const std::string name : {"fc1+act", "fc2"}) {
     CAPTURE(name);
-    int index = -1;
-    const Step& step = step_named(p, name, &index);
-    const std::vector<const Launch*> launches = launches_of(p, index);
+    const auto [step, launches] = lowered_step(p, name);
     const auto gemm = std::find_if(launches.begin(), launches.end(), [](const Launch* l) { return l->entry == "tec_grouped_gemm"; });
     REQUIRE(gemm != launches.end());
     const auto& defines = r.code.modules.at(static_cast<size_t>((*gemm)->module)).defines;
@@ -146,11 +138,9 @@ TEST_CASE("fp8-block experts run in FP8: the grouped GEMM reads the data and bot
   REQUIRE(p.gpu.supported);
   for (const std::string name : {"fc1+act", "fc2"}) {
     CAPTURE(name);
-    int index = -1;
-    const Step& step = step_named(p, name, &index);
+    const auto [step, launches] = lowered_step(p, name);
     CHECK(std::any_of(step.fusions.begin(), step.fusions.end(),
                       [](const std::string& f) { return f == "gpu: fp8-block scales applied per 128-deep step of K in the grouped GEMM"; }));
-    const std::vector<const Launch*> launches = launches_of(p, index);
     std::vector<std::string> entries;
     for (const Launch* l : launches) entries.push_back(l->kind == Launch::Kind::memset ? "memset" : l->entry);
     // No copy of anything before the GEMM. fc1's SwiGLU and its 1x128 quantize for fc2 then
@@ -168,8 +158,7 @@ TEST_CASE("fp8-block experts run in FP8: the grouped GEMM reads the data and bot
     CHECK(std::none_of(launches.begin(), launches.end(), [](const Launch* l) { return l->constant_copy; }));
     CHECK(step.workspaces.size() == (name == "fc2" ? 0 : 1));  // fc1: the GEMM's bf16 output for the row kernel
   }
-  int index = -1;
-  const Step& fc1 = step_named(p, "fc1+act", &index);
+  const Step& fc1 = lowered_step(p, "fc1+act").step;
   CHECK(std::any_of(fc1.fusions.begin(), fc1.fusions.end(), [](const std::string& f) {
     return f.find("by a row kernel after the grouped GEMM: block scales take 128-column tiles") != std::string::npos;
   }));
@@ -184,13 +173,11 @@ TEST_CASE("mxfp8 and nvfp4 experts, and fp8-block's under --no-grouped-block-sca
     REQUIRE(p.gpu.supported);
     for (const std::string name : {"fc1+act", "fc2"}) {
       CAPTURE(name);
-      int index = -1;
-      const Step& step = step_named(p, name, &index);
+      const auto [step, launches] = lowered_step(p, name);
       CHECK(std::any_of(step.fusions.begin(), step.fusions.end(), [](const std::string& f) {
         return f.find("every expert's weight dequantized to bf16 in the GEMM's tiled layout (once per session), the tokens every run") !=
                std::string::npos;
       }));
-      const std::vector<const Launch*> launches = launches_of(p, index);
       REQUIRE(launches.size() >= 3);
       // The weight (every expert, row-major in the plan) into the GEMM's tiled bf16 workspace,
       // the tokens into a bf16 workspace; the GEMM reads both.
