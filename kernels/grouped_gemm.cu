@@ -17,7 +17,7 @@
 // expert's X stay in L2 while the group's blocks run.
 //
 // The last round of tiles is split along K when it would leave more than half the blocks idle
-// (TecSchedule; kernels with K of 64 steps or more, which the lowering gives TEC_SPLIT_SLOTS
+// (grouped_schedule.h; kernels with K of 64 steps or more, which the lowering gives TEC_SPLIT_SLOTS
 // and the partial sums' buffers): at T = 2048, moe.json's fc2 has ~576 tiles of 112 steps, 4 full rounds of 132
 // blocks and 48 tiles, which run as 96 half-K items instead. A partial item leaves its fp32
 // sum in global memory; the tile's owner item adds those to its own and runs the epilogue.
@@ -79,6 +79,7 @@
 // 5 m_splits, 6 D, 7 status, 8 amax, 9 partial sums (TEC_SPLIT_SLOTS x kAccumulators x 256
 // floats), 10 their counters (one int per split tile, zeroed before the launch). Dynamic shared
 // memory: TEC_SLOTS x (TEC_TILE_N + 128) x 128 bytes, 1 KB to align them, the mbarriers.
+#include "grouped_schedule.h"
 #include "hopper.cuh"
 #include "mid_m_layout.h"
 #include "tec_math.h"
@@ -92,7 +93,7 @@
 #ifndef TEC_BLOCK_SCALES
 #define TEC_BLOCK_SCALES 0
 #endif
-// The partial sums a split last round may keep (TecSchedule): 0, no split.
+// The partial sums a split last round may keep (grouped_schedule.h): 0, no split.
 #ifndef TEC_SPLIT_SLOTS
 #define TEC_SPLIT_SLOTS 0
 #endif
@@ -222,118 +223,25 @@ __device__ __forceinline__ void tec_wgmma_step(float (&d)[64], unsigned long lon
 }
 #endif
 
-// A block's work item: a tile, or (the last round split) a range of a tile's steps of K.
-struct TecTile {
-  int expert;
-  i64 first_row;  // of the tile, in X and D
-  int rows;       // valid rows in the tile, 1..128
-  i64 n0;         // first column of D
-  int step0, steps;  // the item's steps of K
-  int part;          // -1: the whole tile; 0: the split tile's owner, which adds the others' sums; > 0: a partial sum
-  int split;         // which split tile
-};
-// Which tile `index` is under this run's m_splits; false when the routing needs fewer tiles (or
-// the splits are bad, which `bad` then says). Sets the tile's rows and columns.
-__device__ __forceinline__ bool tec_find_tile(const int* m_splits, i64 index, TecTile& tile, bool& bad) {
-  const i64 block = index;
-  i64 row = 0, left = block;
-  bool found = false;
-  bad = false;
-  for (int e = 0; e < TEC_E; ++e) {
-    const i64 m = m_splits[e];
-    if (m < 0 || m > TEC_ROWS - row) {
-      bad = true;
-      return false;
-    }
-    const i64 row_tiles = (m + TEC_TILE - 1) / TEC_TILE, tiles = row_tiles * kColumnTiles;
-    if (!found && left < tiles) {
-      found = true;
-      const i64 group = left / (row_tiles * TEC_GROUP), within = left % (row_tiles * TEC_GROUP);
-      const i64 row_tile = within % row_tiles, column_tile = group * TEC_GROUP + within / row_tiles;
-      tile.expert = e;
-      tile.first_row = row + row_tile * TEC_TILE;
-      tile.rows = (int)(m - row_tile * TEC_TILE < TEC_TILE ? m - row_tile * TEC_TILE : TEC_TILE);
-      tile.n0 = column_tile * kOutTileColumns;
-    } else if (!found) {
-      left -= tiles;
-    }
-    row += m;
-  }
-  bad = row != TEC_ROWS;
-  return found && !bad;
-}
-
-// The last round split along K (TEC_SPLIT_SLOTS, args slots 9 and 10): when the tiles left
-// after the last full round of gridDim.x blocks are at most half the blocks, each of them is cut
-// into `parts` ranges of K, one item each, so that the round's blocks all work. Items below
-// `whole` are whole tiles; then `split` tiles of `parts` items each, all in the last round.
-struct TecSchedule {
-  i64 whole, split;
-  int parts;
-};
-#define TEC_MAX_PARTS 4
-__device__ __forceinline__ bool tec_schedule(const int* m_splits, bool can_split, TecSchedule& schedule, bool& bad) {
-  i64 row = 0, tiles = 0;
-  bad = false;
-  for (int e = 0; e < TEC_E; ++e) {
-    const i64 m = m_splits[e];
-    if (m < 0 || m > TEC_ROWS - row) {
-      bad = true;
-      return false;
-    }
-    tiles += (m + TEC_TILE - 1) / TEC_TILE * kColumnTiles;
-    row += m;
-  }
-  bad = row != TEC_ROWS;
-  if (bad) return false;
-  const i64 rest = tiles % gridDim.x;
-  i64 parts = TEC_SPLIT_SLOTS > 0 && rest > 0 && can_split ? gridDim.x / rest : 1;
-  parts = parts < TEC_MAX_PARTS ? parts : TEC_MAX_PARTS;
-  parts = parts < kSteps / 2 ? parts : kSteps / 2;  // an owner's range keeps the staged epilogue's two steps
-  if (rest > TEC_SPLIT_SLOTS) parts = 1;  // a counter per split tile
-  if (rest > 0 && parts > (i64)TEC_SPLIT_SLOTS / rest + 1) parts = (i64)TEC_SPLIT_SLOTS / rest + 1;  // the partial sums fit
-  schedule.parts = parts >= 2 ? (int)parts : 1;
-  schedule.split = parts >= 2 ? rest : 0;
-  schedule.whole = tiles - schedule.split;
-  return true;
-}
-__device__ __forceinline__ bool tec_find_item(const int* m_splits, const TecSchedule& schedule, i64 item, TecTile& tile) {
-  i64 index = item;
-  tile.step0 = 0;
-  tile.steps = kSteps;
-  tile.part = -1;
-  tile.split = 0;
-  if (item >= schedule.whole) {
-    const i64 within = item - schedule.whole;
-    if (within >= schedule.split * schedule.parts) return false;
-    tile.split = (int)(within / schedule.parts);
-    tile.part = (int)(within % schedule.parts);
-    index = schedule.whole + tile.split;
-    tile.step0 = tile.part * kSteps / schedule.parts;
-    tile.steps = (tile.part + 1) * kSteps / schedule.parts - tile.step0;
-  }
-  bool ignored;  // the splits were checked by tec_schedule
-  return tec_find_tile(m_splits, index, tile, ignored);
-}
-
 extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGroupedArgs args, const __grid_constant__ TecTensorMaps maps) {
   extern __shared__ __align__(1024) u8 tec_shared[];
   tec_wait_for_previous_kernel();  // m_splits and X are the previous kernels' outputs
   const int* m_splits = (const int*)args.slot[5];
+  const TecGroupedShape shape{TEC_E, TEC_ROWS, TEC_TILE, kColumnTiles, kOutTileColumns, TEC_GROUP, kSteps, TEC_SPLIT_SLOTS, gridDim.x};
   TecSchedule schedule;
   bool bad;
-  if (!tec_schedule(m_splits, args.slot[9] != 0, schedule, bad)) {
+  if (!tec_schedule(shape, m_splits, args.slot[9] != 0, schedule, bad)) {
     if (bad && blockIdx.x == 0 && threadIdx.x == 0) atomicOr((int*)args.slot[7], TEC_STATUS_BAD_SPLITS);
     return;
   }
   TecTile tile;
-  if (!tec_find_item(m_splits, schedule, blockIdx.x, tile)) return;
+  if (!tec_find_item(shape, m_splits, schedule, blockIdx.x, tile)) return;
   // The block's next item after item `t`: persistent blocks (a grid of at most the resident
   // blocks, launch.persistent) stride over the items, and both roles walk the same sequence.
   // A split item is its block's last (the split tiles' items are at most one round).
   auto next_tile = [&](i64& t, TecTile& next) {
     t += gridDim.x;
-    return tec_find_item(m_splits, schedule, t, next);
+    return tec_find_item(shape, m_splits, schedule, t, next);
   };
   // The swizzle repeats every 1024 bytes, and the descriptors assume slots aligned to it.
   const u32 base = (tec_shared_address(tec_shared) + 1023u) & ~1023u;
@@ -359,10 +267,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) tec_grouped_gemm(TecGrouped
     // delays every slot: the cp.async producer at 40 registers spilled its W addresses, and ncu
     // showed the kernel stalled on L1TEX (local memory) 59% of the time (moe.json fp8-current
     // T = 8192, fc1 4664 -> 3878 us at 64, H100); it needed 80 once tiles were persistent. The
-    // one-thread TMA producer spilled at 24, not at 32 (tests/codegen/nvrtc_test.cpp), and at
+    // one-thread TMA producer spilled at 24, not at 32 (before grouped_schedule.h, below), and at
     // 40 the consumers' 232 against 208 registers gave T = 2048's fc1 956 / 942 against 983 /
     // 1043 us (moe.json fp8-current, H200, one call, two rounds). The split last round's item
-    // walk makes it spill at 40, not at 48; 56 leaves the consumers 224, as 48 would.
+    // walk, which checked m_splits again for every tile, made it spill at 40, not at 48, hence
+    // 56 there (the consumers' 224, as 48 would). Since the walk stops at its tile
+    // (grouped_schedule.h) no producer spills even at 24, setmaxnreg's least; 40 and 56 stay
+    // as measured until a device compares them with less.
     // te-compile warns of any kernel that spills, and the codegen tests hold the example plans
     // to none.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(TEC_PRODUCER_REGISTERS));

@@ -8,6 +8,7 @@
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
 #include "ir/grouped_tensor.h"
+#include "grouped_schedule.h"
 #include "grouped_wgrad_sm90_layout.h"
 #include "mid_m_layout.h"
 #include "status.h"
@@ -2048,7 +2049,7 @@ class StepLowering {
     l.entry = "tec_grouped_gemm";
     // The most items any routing needs: sum over experts of ceil(m_e / 128) <= rows / 128 + E
     // tiles per column tile, a last round split into up to 4 items per tile.
-    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles * (split ? kGroupedMaxParts : 1), 1, 1};
+    l.grid = {(ceil_div(rows, 128) + experts) * column_tiles * (split ? TEC_MAX_PARTS : 1), 1, 1};
     l.block = {384, 1, 1};  // a producer warpgroup and two consumers
     // One block per SM striding over the tiles: its producer fills the next tile's slots while
     // its consumers run this tile's epilogue.
@@ -2058,13 +2059,13 @@ class StepLowering {
     return l;
   }
 
-  // kernels/grouped_gemm.cu's split last round (TecSchedule): up to TEC_MAX_PARTS items per
+  // kernels/grouped_schedule.h's split last round (TecSchedule): up to TEC_MAX_PARTS items per
   // tile, partial sums for a round's blocks (sm_90 GPUs have at most 132 SMs, one block each),
   // and a counter per split tile, zeroed before every launch. Only for a K of 64 steps or more:
   // a round of moe.json's fc2 (K = 14336) is ~90 us, and splitting its last round saved ~30 us
   // at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192 with it (its
-  // producer then needs 56 registers, not 40, leaving the consumers 224, not 232).
-  static constexpr int64_t kGroupedMaxParts = 4, kGroupedSplitSlots = 132;
+  // producer then took 56 registers, not 40, leaving the consumers 224, not 232).
+  static constexpr int64_t kGroupedSplitSlots = 132;
   static bool grouped_split(int64_t k_bytes) { return k_bytes >= 64 * 128; }
   void add_grouped_split(Launch& l, int64_t tile_n, int64_t k_bytes) {
     if (!grouped_split(k_bytes)) return;
