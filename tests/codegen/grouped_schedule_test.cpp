@@ -64,6 +64,12 @@ std::string text(const std::vector<int>& m_splits) {
   return out + "]";
 }
 
+// What a failing check names: the launch and the routing.
+std::string text(const TecGroupedShape& shape, const std::vector<int>& m_splits) {
+  return "rows " + std::to_string(shape.rows) + ", " + std::to_string(shape.column_tiles) + " column tiles, " + std::to_string(shape.steps) +
+         " steps, " + std::to_string(shape.split_slots) + " split slots, " + std::to_string(shape.blocks) + " blocks; m_splits " + text(m_splits);
+}
+
 struct Walk {
   TecSchedule schedule{};
   // Per tile (expert, first row, first column): its rows and the K ranges of its items, with
@@ -102,12 +108,8 @@ TEST_CASE("every tile a routing needs is computed once, over all of K, and no ot
                                       shape_of(8, 16384, 16, 112, 132, 132), shape_of(4, 128, 1, 64, 132, 132),
                                       shape_of(4, 256, 1, 128, 132, 7), shape_of(4, 300, 3, 2, 132, 1)}) {
     for (const std::vector<int>& m_splits : routings(base.experts, static_cast<int>(base.rows), rng)) {
-      CAPTURE(base.rows);
-      CAPTURE(base.column_tiles);
-      CAPTURE(base.steps);
-      CAPTURE(base.blocks);
-      const std::string splits = text(m_splits);
-      CAPTURE(splits);
+      const std::string launch = text(base, m_splits);
+      CAPTURE(launch);
       const Walk w = walk(base, m_splits, true);
       long long expected_tiles = 0, row = 0;
       for (int e = 0; e < base.experts; ++e) {
@@ -145,11 +147,8 @@ TEST_CASE("a short last round is split along K, each split item its block's last
        {shape_of(8, 4096, 16, 112, 132, 132), shape_of(8, 2048, 16, 112, 132, 132), shape_of(4, 256, 1, 128, 132, 132),
         shape_of(4, 512, 2, 6, 132, 132), shape_of(8, 4096, 16, 112, 20, 132)}) {
     for (const std::vector<int>& m_splits : routings(shape.experts, static_cast<int>(shape.rows), rng)) {
-      CAPTURE(shape.rows);
-      CAPTURE(shape.steps);
-      CAPTURE(shape.split_slots);
-      const std::string splits = text(m_splits);
-      CAPTURE(splits);
+      const std::string launch = text(shape, m_splits);
+      CAPTURE(launch);
       const Walk w = walk(shape, m_splits, true);
       const TecSchedule& s = w.schedule;
       const long long tiles = s.whole + s.split, rest = tiles % shape.blocks;
