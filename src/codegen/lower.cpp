@@ -1781,22 +1781,15 @@ class StepLowering {
         defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
                                        "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(n_out, 128), 4)) + "LL",
                                        "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::columnwise_scale_inv) / 4) + "LL"});
-      Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n, n_out * (fp8 ? 1 : 2));
-      l.args = {buf(w_t),
-                fp8 ? buf(role(w, block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv)) : LaunchArg{},
-                buf(dy_rows),
-                fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{},
-                LaunchArg{},
-                buf(data(splits)),
-                buf(d),
-                status_bit(TEC_STATUS_BAD_SPLITS),
-                LaunchArg{}};
-      add_grouped_split(l, tile_n, n_out * (fp8 ? 1 : 2));
       const int64_t element_bytes = fp8 ? 1 : 2;
+      Launch l = grouped_gemm_launch(std::move(defines), rows, experts, k / tile_n, tile_n, dy_rows, n_out * element_bytes,
+                                     {buf(w_t), fp8 ? buf(role(w, block ? BufferRole::columnwise_scale_inv : BufferRole::scale_inv)) : LaunchArg{},
+                                      buf(dy_rows), fp8 ? buf(role(dy, BufferRole::scale_inv)) : LaunchArg{}, LaunchArg{}, buf(data(splits)),
+                                      buf(d), status_bit(TEC_STATUS_BAD_SPLITS), LaunchArg{}});
       // W^T row-major: [E * k, n_out], or (bf16, multiplied transposed) W itself, [E * n_out, k].
       const bool w_transposed = !fp8 && !w_transposed_copy;
-      l.tensor_maps = {grouped_x_map(dy_rows, rows, n_out * element_bytes),
-                       w_transposed ? TensorMapArg{w_t, experts * n_out, k * 2, 64} : TensorMapArg{w_t, experts * k, n_out * element_bytes, 64}};
+      l.tensor_maps.push_back(w_transposed ? TensorMapArg{w_t, experts * n_out, k * 2, 64}
+                                           : TensorMapArg{w_t, experts * k, n_out * element_bytes, 64});
       out_.push_back(std::move(l));
       step_.fusions.push_back("gpu: dgrad of '" + n.name + "' by tec's grouped GEMM over W^T (" +
                               (fp8           ? "W's columnwise copy, read row-major"
@@ -1991,19 +1984,12 @@ class StepLowering {
       defines.insert(defines.end(), {"TEC_BLOCK_SCALES=1", "TEC_X_SCALE_ROW=" + std::to_string(round_up(rows, 4)) + "LL",
                                      "TEC_W_SCALE_ROW=" + std::to_string(round_up(ceil_div(k, 128), 4)) + "LL",
                                      "TEC_W_SCALE_MEMBER=" + std::to_string(packed_member_bytes(w, BufferRole::scale_inv) / 4) + "LL"});
-    Launch l = grouped_gemm_launch(std::move(defines), rows, experts, gated_epilogue ? n_out / 2 / 128 : n_out / tile_n, tile_n, k * element_bytes);
     auto opt = [&](bool present, const std::string& b) { return present ? buf(b) : LaunchArg{}; };
-    l.args = {buf(w_data),
-              opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)),
-              buf(x_data),
-              opt(!bf16, bf16 ? "" : role(x, BufferRole::scale_inv)),
-              opt(bias, bias ? data(input(n, 3)) : ""),
-              buf(data(splits)),
-              buf(d),
-              status_bit(TEC_STATUS_BAD_SPLITS),
-              opt(amax_in_epilogue, amax)};
-    add_grouped_split(l, tile_n, k * element_bytes);
-    l.tensor_maps = {grouped_x_map(x_data, rows, k * element_bytes)};
+    Launch l = grouped_gemm_launch(std::move(defines), rows, experts, gated_epilogue ? n_out / 2 / 128 : n_out / tile_n, tile_n, x_data,
+                                   k * element_bytes,
+                                   {buf(w_data), opt(!bf16, bf16 ? "" : role(w, BufferRole::scale_inv)), buf(x_data),
+                                    opt(!bf16, bf16 ? "" : role(x, BufferRole::scale_inv)), opt(bias, bias ? data(input(n, 3)) : ""),
+                                    buf(data(splits)), buf(d), status_bit(TEC_STATUS_BAD_SPLITS), opt(amax_in_epilogue, amax)});
     if (w_row_major) l.tensor_maps.push_back({w_data, experts * n_out, k * element_bytes, 64});
     out_.push_back(std::move(l));
     step_.fusions.push_back("gpu: tec's grouped GEMM (wgmma), m_splits read on the device");
@@ -2035,11 +2021,20 @@ class StepLowering {
   }
 
   // kernels/grouped_gemm.cu over `rows` rows of `experts` experts, `column_tiles` tiles of D's
-  // columns per 128 rows.
+  // columns per 128 rows, X (`x`, rows of `k_bytes`) through a TMA tensor map of 128-row boxes,
+  // and `args` (its slots 0-8). The caller adds a row-major W's tensor map.
+  //
+  // Where K is 64 steps or more, the last round may split along K (kernels/grouped_schedule.h):
+  // up to TEC_MAX_PARTS items per tile, partial sums for a round's blocks (sm_90 GPUs have at
+  // most 132 SMs, one block each, slot 9) and a counter per split tile (slot 10), zeroed before
+  // every launch. A round of moe.json's fc2 (K = 14336) is ~90 us, and splitting its last round
+  // saved ~30 us at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192
+  // with it (its producer then took 56 registers, not 40, leaving the consumers 224, not 232).
   Launch grouped_gemm_launch(std::vector<std::string> defines, int64_t rows, int64_t experts, int64_t column_tiles, int64_t tile_n,
-                             int64_t k_bytes) {
-    const bool split = grouped_split(k_bytes);
-    if (split) defines.push_back("TEC_SPLIT_SLOTS=" + std::to_string(kGroupedSplitSlots));
+                             const std::string& x, int64_t k_bytes, std::vector<LaunchArg> args) {
+    constexpr int64_t split_slots = 132;
+    const bool split = k_bytes >= 64 * 128;
+    if (split) defines.push_back("TEC_SPLIT_SLOTS=" + std::to_string(split_slots));
     KernelRequest request{"grouped_gemm.cu", std::move(defines), ""};
     request.arch_specific = true;
     Launch l;
@@ -2056,30 +2051,18 @@ class StepLowering {
     l.persistent = true;
     // 4 slots of tile_n rows of W and 128 of X per 128 bytes of K, 1 KB to align them, the mbarriers.
     l.shared_bytes = 4 * (tile_n + 128) * 128 + 1024 + 16 * 4;
+    l.args = std::move(args);
+    if (split) {
+      const std::string partials = add_workspace("split_partials", TensorProto::dense(Shape{split_slots, tile_n / 2 * 256}, DType::fp32));
+      const std::string counters = add_workspace("split_counters", TensorProto::dense(Shape{split_slots}, DType::int32));
+      memset(counters);
+      l.args.resize(11);
+      l.args[9] = buf(partials);
+      l.args[10] = buf(counters);
+    }
+    l.tensor_maps = {{x, rows, k_bytes, 128}};
     return l;
   }
-
-  // kernels/grouped_schedule.h's split last round (TecSchedule): up to TEC_MAX_PARTS items per
-  // tile, partial sums for a round's blocks (sm_90 GPUs have at most 132 SMs, one block each),
-  // and a counter per split tile, zeroed before every launch. Only for a K of 64 steps or more:
-  // a round of moe.json's fc2 (K = 14336) is ~90 us, and splitting its last round saved ~30 us
-  // at T = 2048 (H200), but fc1 (K = 4096, a ~31 us round) lost ~1% at T = 8192 with it (its
-  // producer then took 56 registers, not 40, leaving the consumers 224, not 232).
-  static constexpr int64_t kGroupedSplitSlots = 132;
-  static bool grouped_split(int64_t k_bytes) { return k_bytes >= 64 * 128; }
-  void add_grouped_split(Launch& l, int64_t tile_n, int64_t k_bytes) {
-    if (!grouped_split(k_bytes)) return;
-    const std::string partials =
-        add_workspace("split_partials", TensorProto::dense(Shape{kGroupedSplitSlots, tile_n / 2 * 256}, DType::fp32));
-    const std::string counters = add_workspace("split_counters", TensorProto::dense(Shape{kGroupedSplitSlots}, DType::int32));
-    memset(counters);
-    l.args.resize(11);
-    l.args[9] = buf(partials);
-    l.args[10] = buf(counters);
-  }
-
-  // The grouped GEMM's X through a TMA tensor map: `rows` rows of `row_bytes`, 128 rows a box.
-  static TensorMapArg grouped_x_map(const std::string& x, int64_t rows, int64_t row_bytes) { return {x, rows, row_bytes, 128}; }
 
   // A block-scaled grouped weight [experts x n_out rows, k] as bf16 in kernels/mid_m_layout.h's
   // tiled layout, by the dequantize row kernel. The members' scale arrays are indexed as one
