@@ -322,6 +322,8 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
             .find("expected an integer in [1, 256], got 300") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(1, 200, 8)}; })
             .find("expected a multiple of 16, got 200") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(1, (int64_t{1} << 32) + 16, 8)}; })
+            .find("expected an integer in [128, 4294967296], got 4294967312") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["tensor_maps"] = {tensor_map(0, 128, 8)}; })
             .find("expected an integer in [1, 4294967296], got 0") != std::string::npos);
   CHECK(manifest_error([&](auto& m) {
