@@ -65,10 +65,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   // Inputs come from the reference session, so that both backends read the same bytes.
   reference::Session ref(*plan, profile);
   ref.randomize_inputs(o.seed);
-  for (const auto& [name, file] : o.inputs) {
-    NpyArray array = read_npy(file);
-    ref.set_input(name, HostTensor{array.shape, std::move(array.values)});
-  }
+  for (const auto& [name, values] : o.inputs) ref.set_input(name, values);
   auto upload_inputs = [&](runtime::Session& to) {
     for (size_t i = 0; i < profile.buffers.size(); ++i) {
       const plan::Buffer& b = profile.buffers[i];
@@ -253,10 +250,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     if (o.rotate_seeds) {
       reference::Session other(*plan, profile);
       other.randomize_inputs(o.seed + static_cast<uint64_t>(r));
-      for (const auto& [name, file] : o.inputs) {
-        NpyArray array = read_npy(file);
-        other.set_input(name, HostTensor{array.shape, std::move(array.values)});
-      }
+      for (const auto& [name, values] : o.inputs) other.set_input(name, values);
       for (size_t i = 0; i < profile.buffers.size(); ++i)
         if (profile.buffers[i].region == "input")
           rotated.back()->upload(static_cast<int>(i), other.arena().data() + profile.buffers[i].offset,
@@ -314,16 +308,13 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
     TEC_CLI_CUDA(cudaStreamSynchronize(stream));
     reference::Session view(*plan, profile);
     view.set_arena(session.download_arena(stream));
-    std::filesystem::create_directories(o.save_dir);
-    for (const auto& name : profile.outputs) {
-      const HostTensor t = view.read(name);
-      write_npy((std::filesystem::path(o.save_dir) / (name + ".npy")).string(), t.shape, t.values);
-    }
-    std::printf("saved outputs to %s\n", o.save_dir.c_str());
+    std::vector<NamedTensor> outputs;
+    for (const auto& name : profile.outputs) outputs.emplace_back(name, view.read(name));
+    save_outputs(o.save_dir, outputs);
   }
   if (!o.json_path.empty()) {
     const std::string text = report.dump(2) + "\n";
-    plan::write_file_atomically(o.json_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    tec::write_text_file(o.json_path, text);
     std::printf("wrote %s\n", o.json_path.c_str());
   }
   cudaStreamDestroy(stream);

@@ -8,12 +8,13 @@
 #include <vector>
 
 #include "plan/plan.h"
+#include "run_io.h"
 
 namespace tec::cli {
 
 struct GpuRunOptions {
   std::map<std::string, int64_t> dims;
-  std::vector<std::pair<std::string, std::string>> inputs;  // name -> .npy
+  std::vector<NamedTensor> inputs;  // --input files, checked (run_io.h)
   uint64_t seed = 0;
   int iterations = 100, warmup = 10;
   int rotate = 1;  // sessions timed in turn

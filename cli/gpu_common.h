@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ir/op_registry.h"
+#include "core/file_io.h"
 #include "plan/file.h"
 #include "runtime/session.h"
 
@@ -202,7 +203,7 @@ inline void report_step_times(const plan::Profile& profile, const std::vector<St
   }
   if (!trace_path.empty()) {
     const std::string text = json{{"traceEvents", trace}, {"displayTimeUnit", "ns"}}.dump(1) + "\n";
-    plan::write_file_atomically(trace_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    tec::write_text_file(trace_path, text);
     std::printf("wrote Chrome trace %s (open in Perfetto)\n", trace_path.c_str());
   }
 }

@@ -73,10 +73,7 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
   // The reference ranks draw the inputs, so that both backends read the same bytes.
   reference::RankGroup ref(*plan, profile);
   ref.randomize_inputs(o.seed);
-  for (const auto& [name, file] : o.inputs) {
-    NpyArray array = read_npy(file);
-    ref.set_input(name, HostTensor{array.shape, std::move(array.values)});
-  }
+  for (const auto& [name, values] : o.inputs) ref.set_input(name, values);
   for (const auto& [name, value] : o.scalars)
     for (int r = 0; r < ranks; ++r) ref.rank(r).set_scalar(name, value);
 
@@ -285,17 +282,15 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
     on_every_rank(ranks, [&](int r) { rank[static_cast<size_t>(r)].session->poison(rank[static_cast<size_t>(r)].stream); });
     run_all(!o.no_graph);
     const auto view = gpu_view();
-    std::filesystem::create_directories(o.save_dir);
-    for (const auto& [name, r] : compared_names()) {
-      const HostTensor t = r < 0 ? view->read(name) : view->rank(r).read(name);
-      const std::string file = r < 0 ? name : name + ".rank" + std::to_string(r);
-      write_npy((std::filesystem::path(o.save_dir) / (file + ".npy")).string(), t.shape, t.values);
-    }
-    std::printf("saved outputs to %s (whole tensors; a rank's own as NAME.rank<r>.npy)\n", o.save_dir.c_str());
+    std::vector<NamedTensor> outputs;
+    for (const auto& [name, r] : compared_names())
+      outputs.emplace_back(r < 0 ? name : name + ".rank" + std::to_string(r), r < 0 ? view->read(name) : view->rank(r).read(name));
+    std::printf("whole tensors; a rank's own as NAME.rank<r>.npy\n");
+    save_outputs(o.save_dir, outputs);
   }
   if (!o.json_path.empty()) {
     const std::string text = report.dump(2) + "\n";
-    plan::write_file_atomically(o.json_path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+    tec::write_text_file(o.json_path, text);
     std::printf("wrote %s\n", o.json_path.c_str());
   }
   return exit_code;

@@ -10,6 +10,7 @@
 #include "ir/grouped_tensor.h"
 #include "runtime/session.h"
 #include "passes/memory_plan.h"
+#include "core/file_io.h"
 #include "plan/dot.h"
 #include "plan/file.h"
 #include "plan/format.h"
@@ -275,11 +276,12 @@ int main(int argc, char** argv) {
   app.add_flag("--recompute", train.recompute_activations,
                "train: recompute each activation function's output in the backward (from its input, saved anyway) "
                "instead of keeping its copy for the next linear's wgrad; the summary shows both saved figures");
-  app.add_option("--lr", train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar)")->check(CLI::PositiveNumber);
-  app.add_option("--beta1", train.beta1, "train, adamw: first-moment decay")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--eps", train.eps, "train, adamw: added to sqrt(v)")->check(CLI::PositiveNumber);
-  app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay")->check(CLI::Range(0.0, 1.0));
+  // Their ranges are the runtime scalars' (ir/runtime_scalars.h), checked by compile().
+  auto* lr = app.add_option("--lr", train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar), in [0, 1000]");
+  auto* beta1 = app.add_option("--beta1", train.beta1, "train, adamw: first-moment decay, in [0, 1)");
+  auto* beta2 = app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay, in [0, 1)");
+  auto* eps = app.add_option("--eps", train.eps, "train, adamw: added to sqrt(v), in (0, 1]");
+  auto* weight_decay = app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay, in [0, 1]");
   app.add_option("--tp", tp, "tensor parallel over N ranks: the tp_size of every linear the graph marks tp_mode column or "
                              "row (TE's parallel_mode); the plan holds every rank's shard of the full weights, collectives "
                              "where TE puts them (JSON graphs; te-run --tp N runs one rank per GPU over NCCL, --backend cpu every rank on the CPU reference)")
@@ -348,6 +350,9 @@ int main(int argc, char** argv) {
     train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
     if (mode != "train" && (optimizer != "none" || wgrad != "accumulate" || train.recompute_activations))
       throw tec::Error(ErrorKind::usage, {}, "--optimizer, --wgrad and --recompute describe a training step; add --mode train");
+    for (const CLI::Option* o : {lr, beta1, beta2, eps, weight_decay})
+      if (o->count() > 0 && optimizer != "adamw")
+        throw tec::Error(ErrorKind::usage, {}, o->get_name() + " is a setting of AdamW; add --mode train --optimizer adamw");
     options.train = train;
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
@@ -402,11 +407,11 @@ int main(int argc, char** argv) {
     }
     if (!dot.empty() && result.plan) {
       const std::string text = tec::plan::plan_to_dot(result.plan->manifest, 0);
-      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      tec::write_text_file(dot, text);
     }
     if (!report.empty()) {
       const std::string text = report_of(result, model).dump(2) + "\n";
-      tec::plan::write_file_atomically(report, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      tec::write_text_file(report, text);
     }
     if (!quiet) {
       const auto& g0 = result.profiles.at(0).graph;

@@ -7,13 +7,16 @@
 #include <filesystem>
 #include <fstream>
 
-#include "core/npy.h"
+#include "core/file_io.h"
+#include "core/file_io.h"
+#include "ir/runtime_scalars.h"
 #include "plan/dot.h"
 #include "plan/file.h"
 #include "plan/plan.h"
 #include "reference/executor.h"
 #include "cli_common.h"
 #include "gpu_backend.h"
+#include "run_io.h"
 #include "tec/version.h"
 
 namespace {
@@ -189,13 +192,6 @@ void inspect(const tec::plan::Plan& plan) {
   }
 }
 
-std::pair<std::string, std::string> split_assignment(const std::string& text, const char* option) {
-  const auto eq = text.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == text.size())
-    throw tec::Error(ErrorKind::usage, {}, std::string(option) + " expects NAME=VALUE, got '" + text + "'");
-  return {text.substr(0, eq), text.substr(eq + 1)};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,18 +199,21 @@ int main(int argc, char** argv) {
                "test); --inspect prints what the plan holds."};
   app.footer(kFooter);
   app.set_version_flag("--version", "te-run " TEC_VERSION_STRING);
-  std::string plan_path, backend = "gpu", save_dir, dot;
+  std::string plan_path, backend = "gpu", save_dir, dot, seed_text = "0";
   std::vector<std::string> inputs, shapes;
-  uint64_t seed = 0;
   int iterations = 0, warmup = 10, rotate = 1;
   bool do_inspect = false, no_graph = false, rotate_seeds = false, verify_cpu = false, profile_steps = false;
   std::string json_path, trace_path;
   app.add_option("PLAN", plan_path, ".teplan file from te-compile")->required();
   app.add_option("--backend", backend, "gpu (default: the plan's CUDA graph) or cpu (the reference executor)")
       ->check(CLI::IsMember({"gpu", "cpu"}));
-  app.add_option("--input", inputs, "an input from .npy: NAME=FILE (repeatable); others are seeded random N(0,1)");
-  app.add_option("--save-outputs", save_dir, "write every output as DIR/NAME.npy (float32)");
-  app.add_option("--seed", seed, "seed for random inputs (default 0)");
+  app.add_option("--input", inputs,
+                 "an input from .npy: NAME=FILE (repeatable); others are seeded random N(0,1). The file's shape must be the "
+                 "input's; float16/32/64 files are rounded to the input's dtype, int32 inputs (routing) take int32/int64 files");
+  app.add_option("--save-outputs", save_dir,
+                 "write every output as DIR/NAME.npy (float32); characters a file name cannot hold (/, a leading '.') are "
+                 "written %XX");
+  app.add_option("--seed", seed_text, "seed for random inputs, a whole number in [0, 2^63) (default 0)");
   app.add_option("--shape", shapes, "pick the profile: DIM=SIZE (repeatable); needed when the plan has several");
   app.add_option("--iterations", iterations,
                  "runs: timed GPU runs (default 100), or CPU runs (default 1); delayed scaling state carries over")
@@ -255,18 +254,24 @@ int main(int argc, char** argv) {
   app.add_flag("--inspect", do_inspect, "print the plan's buffers, steps, GEMMs and fusions, and exit");
   app.add_option("--dot", dot, "write a Graphviz picture of the steps of the first profile (or --shape's), and exit");
   if (auto code = tec::cli::parse_command_line(app, argc, argv)) return *code;
+  tec::remove_temporary_files_on_signals();
   return tec::cli::run_reporting_errors("te-run", [&]() -> int {
-    auto shared_plan = std::make_shared<const tec::plan::Plan>(tec::plan::Plan::load_file(plan_path));
-    const tec::plan::Plan& plan = *shared_plan;
+    using tec::cli::add_once;
+    using tec::cli::split_assignment;
+    const auto seed = static_cast<uint64_t>(tec::cli::parse_integer(seed_text, "--seed", 0, INT64_MAX));
     std::map<std::string, int64_t> dims;
     for (const auto& s : shapes) {
       auto [dim, value] = split_assignment(s, "--shape");
-      char* end = nullptr;
-      const long long v = std::strtoll(value.c_str(), &end, 10);
-      if (*end != '\0') throw tec::Error(ErrorKind::usage, {}, "--shape " + s + ": not an integer size");
-      dims[dim] = v;
+      add_once(dims, dim, tec::cli::parse_integer(value, "--shape " + dim, 1, tec::kMaxDim), "--shape");
     }
-    std::vector<std::pair<std::string, float>> runtime_scalars;
+    std::map<std::string, std::string> input_files;
+    for (const auto& in : inputs) {
+      auto [name, file] = split_assignment(in, "--input");
+      add_once(input_files, name, file, "--input");
+    }
+    auto shared_plan = std::make_shared<const tec::plan::Plan>(tec::plan::Plan::load_file(plan_path));
+    const tec::plan::Plan& plan = *shared_plan;
+    std::map<std::string, float> scalar_values;
     for (const auto& text : scalars) {
       auto [name, value] = split_assignment(text, "--scalar");
       char* end = nullptr;
@@ -274,22 +279,31 @@ int main(int argc, char** argv) {
       if (value.empty() || *end != '\0' || !std::isfinite(v))
         throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": not a finite number");
       const auto& known = plan.profiles.at(0).runtime_scalars;  // every profile of a plan has the same
-      if (std::find(known.begin(), known.end(), name) == known.end())
-        throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": the plan has no runtime scalar '" + name + "'");
-      runtime_scalars.emplace_back(name, v);
+      if (std::find(known.begin(), known.end(), name) == known.end()) {
+        std::string list;
+        for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+        throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": the plan has no runtime scalar '" + name + "'" +
+                                                   (known.empty() ? " (it is no train plan)" : "; it has: " + list));
+      }
+      if (const auto error = tec::runtime_scalar_error(name, v)) throw tec::Error(ErrorKind::usage, {}, "--scalar " + text + ": " + *error);
+      add_once(scalar_values, name, v, "--scalar");
     }
+    const std::vector<std::pair<std::string, float>> runtime_scalars(scalar_values.begin(), scalar_values.end());
     if (do_inspect) inspect(plan);
     if (!dot.empty()) {
       const size_t index = dims.empty() ? 0 : static_cast<size_t>(&plan.profile(dims) - plan.profiles.data());
       const std::string text = tec::plan::plan_to_dot(plan.manifest, index);
-      tec::plan::write_file_atomically(dot, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
+      tec::write_text_file(dot, text);
       std::fprintf(stderr, "wrote %s\n", dot.c_str());
     }
     if (do_inspect || !dot.empty()) return 0;
+    const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
+    const std::vector<tec::cli::NamedTensor> input_values =
+        tec::cli::read_inputs(plan, profile, std::vector<std::pair<std::string, std::string>>(input_files.begin(), input_files.end()));
     if (backend == "gpu") {
       tec::cli::GpuRunOptions o;
-      o.dims = dims;
-      for (const auto& in : inputs) o.inputs.push_back(split_assignment(in, "--input"));
+      o.dims = profile.dims;
+      o.inputs = input_values;
       o.seed = seed;
       o.iterations = iterations ? iterations : 100;
       o.warmup = warmup;
@@ -313,7 +327,6 @@ int main(int argc, char** argv) {
     if (verify_cpu || profile_steps || no_graph || rotate != 1 || rotate_seeds || !json_path.empty() || !trace_path.empty())
       throw tec::Error(ErrorKind::usage, {}, "--verify-cpu, --profile, --rotate, --rotate-seeds, --no-graph, --json and --trace are GPU options");
     if (iterations == 0) iterations = 1;
-    const tec::plan::Profile& profile = plan.profile(dims.empty() && plan.profiles.size() > 1 ? plan.profiles[0].dims : dims);
     std::printf("te-run: CPU reference executor, plan %s, profile %s%s\n", plan.name.c_str(), profile_name(profile.dims).c_str(),
                 dims.empty() && plan.profiles.size() > 1 ? " (the first; pick another with --shape)" : "");
     // Every rank of a tensor-parallel plan, in this process; inputs and outputs are whole
@@ -323,19 +336,15 @@ int main(int argc, char** argv) {
                   static_cast<long long>(plan.tp_size));
     tec::reference::RankGroup group(plan, profile);
     group.randomize_inputs(seed);
-    for (const auto& in : inputs) {
-      auto [name, file] = split_assignment(in, "--input");
-      tec::NpyArray array = tec::read_npy(file);
-      group.set_input(name, tec::HostTensor{array.shape, std::move(array.values)});
-    }
+    for (const auto& [name, values] : input_values) group.set_input(name, values);
     for (const auto& [name, value] : runtime_scalars)
       for (int64_t r = 0; r < group.size(); ++r) group.rank(r).set_scalar(name, value);
     for (int i = 0; i < iterations; ++i) group.run();
     std::printf("outputs after %d run(s):\n", iterations);
-    if (!save_dir.empty()) std::filesystem::create_directories(save_dir);
+    std::vector<tec::cli::NamedTensor> saved;
     auto report = [&](const std::string& name, const tec::HostTensor& out) {
       print_stats(name, out);
-      if (!save_dir.empty()) tec::write_npy((std::filesystem::path(save_dir) / (name + ".npy")).string(), out.shape, out.values);
+      if (!save_dir.empty()) saved.emplace_back(name, out);
     };
     // Each rank's own tensors (a weight gradient's shard), named <tensor>.rank<r>.
     auto per_rank = [&](const std::string& name, bool save) {
@@ -356,7 +365,7 @@ int main(int argc, char** argv) {
       for (const auto& [name, t] : profile.tensors)
         if (t.kind == "state" && (name.ends_with(".main_grad") || name == "optimizer.step")) per_rank(name, false);
     }
-    if (!save_dir.empty()) std::printf("saved outputs to %s\n", save_dir.c_str());
+    if (!save_dir.empty()) tec::cli::save_outputs(save_dir, saved);
     return 0;
   });
 }

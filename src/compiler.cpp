@@ -6,6 +6,9 @@
 #include <cstdio>
 #include <set>
 
+#include "core/file_io.h"
+#include "frontend/onnx/onnx_model.h"
+#include "ir/runtime_scalars.h"
 #include "passes/passes.h"
 #include "plan/file.h"
 #include "plan/format.h"
@@ -65,6 +68,13 @@ bool is_onnx_path(const std::string& path) {
 }
 
 CompileResult compile(const CompileOptions& options, const ProgressCallback& progress) {
+  if (options.frontend.mode == Mode::train && options.train.optimizer == TrainOptions::Optimizer::adamw) {
+    const TrainOptions& t = options.train;
+    for (const auto& [name, value] : {std::pair{"optimizer.lr", t.lr}, std::pair{"optimizer.beta1", t.beta1},
+                                      std::pair{"optimizer.beta2", t.beta2}, std::pair{"optimizer.eps", t.eps},
+                                      std::pair{"optimizer.weight_decay", t.weight_decay}})
+      if (const auto error = runtime_scalar_error(name, value)) throw Error(ErrorKind::usage, ErrorContext{"train options"}, *error);
+  }
   CompileResult result;
   PassRunner run(result, progress);
   auto stop_after = [&options](const std::string& pass) { return options.dump_after == pass; };
@@ -165,7 +175,10 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   if (stop_after("codegen")) return result;
   run.step("plan", [&] {
     BuildRecord record = options.record;
-    record.model_checksum = hex64(checksum64(plan::read_whole_file(options.model_path)));
+    const bool onnx_model = is_onnx_path(options.model_path);
+    const ReadLimits limits{onnx_model ? onnx::kMaxModelBytes : kMaxGraphJsonBytes, !onnx_model};
+    record.model_checksum =
+        hex64(checksum64(read_file(options.model_path, limits, onnx_model ? "ONNX model" : "graph file", ErrorContext{"plan"})));
     result.plan = build_plan(result.profiles, result.code, record, options.cache_dir);
   });
   return result;

@@ -4,12 +4,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace tec {
 
@@ -38,10 +36,10 @@ std::string header_field(const std::string& header, const std::string& key, cons
 
 }  // namespace
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, at(path), "cannot open .npy file: " + std::string(std::strerror(errno)));
-  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+NpyArray read_npy(const std::string& path, uint64_t max_data_bytes) {
+  // The header is at most 4 GiB in format 2.0, but no real one is over a few KiB.
+  constexpr uint64_t kMaxHeaderBytes = 1 << 16;
+  const std::vector<uint8_t> bytes = read_file(path, ReadLimits{max_data_bytes + kMaxHeaderBytes, true}, ".npy file", at(path));
   TEC_USER_CHECK(bytes.size() >= 10 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0, at(path)) << "not a .npy file";
   const int major = bytes[6];
   TEC_USER_CHECK(major == 1 || major == 2 || major == 3, at(path)) << "unsupported .npy version " << major;
@@ -62,11 +60,13 @@ NpyArray read_npy(const std::string& path) {
   if (descr == "'<f4'" || descr == "'<i4'") item = 4;
   else if (descr == "'<f2'") item = 2;
   else if (descr == "'<f8'" || descr == "'<i8'") item = 8;
+  NpyArray out;
+  out.integer = integer;
+  out.dtype = std::string(integer ? "int" : "float") + std::to_string(item * 8);
   TEC_UNSUPPORTED_CHECK(item != 0, at(path)) << ".npy dtype " << descr
                                              << " is not supported; use float16, float32, float64, int32 or int64";
   TEC_UNSUPPORTED_CHECK(header_field(header, "fortran_order", path) == "False", at(path)) << "Fortran-order .npy is not supported";
   const std::string shape_text = header_field(header, "shape", path);
-  NpyArray out;
   size_t i = 0;
   while (i < shape_text.size()) {
     if (!std::isdigit(static_cast<unsigned char>(shape_text[i]))) {
@@ -121,19 +121,14 @@ void write_npy(const std::string& path, const Shape& shape, const std::vector<fl
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header += ' ';
   header += '\n';
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(ErrorKind::io, at(path), "cannot write " + tmp);
-    out.write("\x93NUMPY\x01\x00", 8);
-    const uint16_t len = static_cast<uint16_t>(header.size());
-    out.put(static_cast<char>(len & 0xFF));
-    out.put(static_cast<char>(len >> 8));
-    out << header;
-    out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * 4));
-    if (!out) throw Error(ErrorKind::io, at(path), "write failed for " + tmp);
-  }
-  std::filesystem::rename(tmp, path);
+  std::string head = std::string("\x93NUMPY\x01\x00", 8);
+  head += static_cast<char>(header.size() & 0xFF);
+  head += static_cast<char>(header.size() >> 8);
+  head += header;
+  const std::span<const uint8_t> pieces[] = {
+      std::span(reinterpret_cast<const uint8_t*>(head.data()), head.size()),
+      std::span(reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float))};
+  write_file_atomically(path, pieces);
 }
 
 }  // namespace tec

@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/json_text.h"
 #include "ir/quantizer.h"
 
 namespace tec {
@@ -85,7 +86,7 @@ Quantizer quantizer_from_json(const nlohmann::json& j) {
                           is("amax_epsilon", q.amax_epsilon) && is("force_pow2_scales", q.force_pow2_scales) &&
                           is("amax_history_len", q.amax_history_len) && is("margin", q.margin) &&
                           is("amax_algo", to_string(q.amax_algo)) && is("str", q.str());
-  TEC_USER_CHECK(consistent, {}) << "quantizer fields are inconsistent: " << j.dump();
+  TEC_USER_CHECK(consistent, {}) << "quantizer fields are inconsistent: " << json_excerpt(j);
   return q;
 }
 

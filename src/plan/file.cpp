@@ -1,13 +1,10 @@
 #include "plan/file.h"
 
-#include <unistd.h>
-
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sys/stat.h>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/json_text.h"
 #include "core/hash.h"
 #include "core/shape.h"
 #include "plan/format.h"
@@ -97,63 +94,6 @@ uint64_t write_plan_file(const std::string& path, nlohmann::json manifest, const
   return image.size;
 }
 
-void write_file_atomically(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
-  auto fail = [&](const std::string& what) {
-    throw Error(ErrorKind::io, ErrorContext{"plan", "", "", path}, what + ": " + std::strerror(errno));
-  };
-  auto write_all = [&](std::FILE* f) {
-    for (const auto& piece : pieces)
-      if (!piece.empty() && std::fwrite(piece.data(), 1, piece.size(), f) != piece.size()) return false;
-    return std::fflush(f) == 0;
-  };
-  struct stat st {};
-  const bool special = path == "-" || (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode));
-  if (special) {
-    std::FILE* f = path == "-" ? stdout : std::fopen(path.c_str(), "wb");
-    if (!f) fail("cannot open for writing");
-    const bool ok = write_all(f);
-    if (f != stdout) std::fclose(f);
-    if (!ok) fail("write failed");
-    return;
-  }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) fail("cannot create " + tmp);
-  const bool ok = write_all(f) && ::fsync(::fileno(f)) == 0;
-  std::fclose(f);
-  if (!ok) {
-    std::remove(tmp.c_str());
-    fail("write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    fail("cannot rename " + tmp);
-  }
-}
-
-void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes) {
-  write_file_atomically(path, std::span(&bytes, 1));
-}
-
-std::vector<uint8_t> read_whole_file(const std::string& path) {
-  const ErrorContext ctx{"plan", "", "", path};
-  std::error_code status_error;
-  const std::filesystem::file_status status = std::filesystem::status(path, status_error);
-  if (std::filesystem::is_directory(status)) throw Error(ErrorKind::io, ctx, "cannot read a plan file: this path is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorKind::io, ctx, "cannot open plan file: " + std::string(std::strerror(errno)));
-  if (!std::filesystem::is_regular_file(status))  // a pipe or a device: as it comes
-    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  // One read into a buffer of the file's size. Read a byte at a time into a growing vector, a
-  // 5.6 GB train plan (moe.json's fp32 masters) took 35 s in copies and page faults.
-  const uintmax_t size = std::filesystem::file_size(path, status_error);
-  if (status_error) throw Error(ErrorKind::io, ctx, "cannot size plan file: " + status_error.message());
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));
-  if (size > 0 && !in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
-    throw Error(ErrorKind::io, ctx, "read " + std::to_string(in.gcount()) + " of the file's " + std::to_string(size) + " bytes: " + std::strerror(errno));
-  return bytes;
-}
-
 PlanFile parse_plan_file(std::span<const uint8_t> bytes, const std::string& name) {
   const ErrorContext ctx{"plan", "", "", name};
   TEC_USER_CHECK(bytes.size() >= kHeaderBytes + kTrailerBytes, ctx)
@@ -184,10 +124,14 @@ PlanFile parse_plan_file(std::span<const uint8_t> bytes, const std::string& name
       << "blob section [" << h.blobs_offset << ", +" << h.blobs_size << ") is misplaced";
   PlanFile file;
   const auto* text = reinterpret_cast<const char*>(bytes.data() + h.manifest_offset);
-  file.manifest = nlohmann::json::parse(text, text + h.manifest_size, nullptr, /*allow_exceptions=*/false);
+  file.manifest = parse_json_text(std::string_view(text, h.manifest_size), ErrorContext{"plan", "", "", name + " manifest"});
   TEC_USER_CHECK(file.manifest.is_object(), ctx) << "plan manifest is not a JSON object";
   file.blobs = bytes.subspan(h.blobs_offset, h.blobs_size);
   return file;
+}
+
+std::vector<uint8_t> read_plan_file(const std::string& path) {
+  return read_file(path, ReadLimits{kMaxPlanBytes, false}, "plan file", ErrorContext{"plan", "", "", path});
 }
 
 }  // namespace tec::plan

@@ -28,12 +28,6 @@ uint64_t write_plan_file(const std::string& path, nlohmann::json manifest, const
 // padding, trailer and checksum. serialize_plan uses it; tests use it to build hostile files.
 std::vector<uint8_t> assemble_plan(const std::string& manifest_text, std::span<const uint8_t> blob_section);
 
-// Writes through a temporary file in the same folder and a rename, so a failure never
-// leaves a half-written plan. "-" or a non-regular file (/dev/stdout, a pipe) is written
-// directly.
-void write_file_atomically(const std::string& path, std::span<const uint8_t> bytes);
-void write_file_atomically(const std::string& path, std::span<const std::span<const uint8_t>> pieces);
-
 struct PlanFile {
   nlohmann::json manifest;
   std::span<const uint8_t> blobs;  // the blob section, inside the caller's bytes
@@ -41,6 +35,7 @@ struct PlanFile {
 
 // Throws Error(invalid_input, stage "plan") naming what is wrong; never reads out of bounds.
 PlanFile parse_plan_file(std::span<const uint8_t> bytes, const std::string& name);
-std::vector<uint8_t> read_whole_file(const std::string& path);
+// A plan file's bytes: a regular file of at most kMaxPlanBytes (core/file_io.h).
+std::vector<uint8_t> read_plan_file(const std::string& path);
 
 }  // namespace tec::plan

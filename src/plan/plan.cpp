@@ -8,7 +8,10 @@
 #include <cstring>
 #include <set>
 
+#include "core/json_text.h"
+#include "ir/runtime_scalars.h"
 #include "plan/file.h"
+#include "plan/layout_check.h"
 #include "plan/format.h"
 #include "status.h"
 
@@ -36,15 +39,15 @@ class Reader {
   int64_t optional_integer(const std::string& key, int64_t lo, int64_t hi) const { return j_.contains(key) ? integer(key, lo, hi) : 0; }
   bool optional_boolean(const std::string& key) const {
     if (!j_.contains(key)) return false;
-    TEC_USER_CHECK(j_[key].is_boolean(), ctx(key)) << "expected a boolean, got " << j_[key].dump();
+    TEC_USER_CHECK(j_[key].is_boolean(), ctx(key)) << "expected a boolean, got " << json_excerpt(j_[key]);
     return j_[key].get<bool>();
   }
   bool boolean(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_boolean(), ctx(key)) << "expected a boolean, got " << field(key).dump();
+    TEC_USER_CHECK(field(key).is_boolean(), ctx(key)) << "expected a boolean, got " << json_excerpt(field(key));
     return field(key).get<bool>();
   }
   double number(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_number(), ctx(key)) << "expected a number, got " << field(key).dump();
+    TEC_USER_CHECK(field(key).is_number(), ctx(key)) << "expected a number, got " << json_excerpt(field(key));
     return field(key).get<double>();
   }
   std::string str(const std::string& key) const {
@@ -54,7 +57,7 @@ class Reader {
   int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
     const json& v = field(key);
     TEC_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, ctx(key))
-        << "expected an integer in [" << lo << ", " << hi << "], got " << v.dump();
+        << "expected an integer in [" << lo << ", " << hi << "], got " << json_excerpt(v);
     return v.get<int64_t>();
   }
   const json& array(const std::string& key) const {
@@ -229,7 +232,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
   auto ref = [&](const json& v, const std::string& key, bool writable) -> int {
     if (v.is_null()) return -1;
     TEC_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < buffer_count, r.ctx(key))
-        << "expected null or a buffer index below " << buffer_count << ", got " << v.dump();
+        << "expected null or a buffer index below " << buffer_count << ", got " << json_excerpt(v);
     const int i = v.get<int>();
     TEC_USER_CHECK(!writable || p.buffers[static_cast<size_t>(i)].region != "constants", r.ctx(key))
         << "a launch writes buffer '" << p.buffers[static_cast<size_t>(i)].name << "', which is a constant";
@@ -284,7 +287,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
                                                    bit.get<int64_t>() == TEC_STATUS_BAD_ROW_MAP),
                        r.ctx("args"))
             << "a status argument names one bit of the status word (" << TEC_STATUS_BAD_EXPERT << ", " << TEC_STATUS_BAD_SPLITS << " or "
-            << TEC_STATUS_BAD_ROW_MAP << "), got " << bit.dump();
+            << TEC_STATUS_BAD_ROW_MAP << "), got " << json_excerpt(bit);
         arg.kind = KernelArg::Kind::status;
         arg.value = bit.get<int64_t>();
       } else {
@@ -412,7 +415,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
       for (size_t d = 0; d < 4; ++d) {
         TEC_USER_CHECK(dims[d].is_number_integer() && (dims[d].get<int64_t>() == full[d] || (d < 2 && dims[d].get<int64_t>() == 1)),
                        a.ctx("bias_dims"))
-            << "expected [" << at.batch << " or 1, " << at.heads << " or 1, " << at.seq_q << ", " << at.seq_kv << "], got " << dims.dump();
+            << "expected [" << at.batch << " or 1, " << at.heads << " or 1, " << at.seq_q << ", " << at.seq_kv << "], got " << json_excerpt(dims);
         at.bias_dims[d] = dims[d].get<int64_t>();
       }
       at.bias = operand("bias", false, true,
@@ -562,7 +565,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       auto role = parse_role(role_name);
       TEC_USER_CHECK(role && index.is_number_integer() && index.get<int64_t>() >= 0 && index.get<int64_t>() < buffer_count,
                      t.ctx("buffers"))
-          << "buffer reference '" << role_name << "': " << index.dump() << " is not a buffer of this profile";
+          << "buffer reference '" << role_name << "': " << json_excerpt(index) << " is not a buffer of this profile";
       tensor.buffers[*role] = index.get<int>();
     }
     for (const auto& [state_name, index] : t.field("state").items()) {
@@ -582,7 +585,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
             << "tensor '" << tensor.name << "' lacks its " << to_string(spec.role) << " buffer";
         const Buffer& b = p.buffers[static_cast<size_t>(it->second)];
         const std::string& owner = tensor.storage.empty() ? tensor.name : tensor.storage;
-        TEC_USER_CHECK(b.bytes == spec.bytes && b.dtype == spec.dtype && b.tensor == owner, t.ctx("buffers"))
+        TEC_USER_CHECK(b.bytes == spec.bytes && b.dtype == spec.dtype && b.tensor == owner && b.role == spec.role, t.ctx("buffers"))
             << "buffer '" << b.name << "' does not match tensor '" << tensor.name << "': " << to_string(spec.role)
             << " needs " << spec.bytes << " bytes of " << to_string(spec.dtype);
         TEC_USER_CHECK((tensor.kind == "state" || !tensor.storage.empty()) == (b.region == "state"), t.ctx("buffers"))
@@ -668,7 +671,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
         for (const auto& index : o.array("columnwise_inputs")) {
           TEC_USER_CHECK(index.is_number_integer() && index.get<int64_t>() >= 0 && index.get<int64_t>() < static_cast<int64_t>(op.inputs.size()),
                          o.ctx("columnwise_inputs"))
-              << "expected input indices, got " << index.dump();
+              << "expected input indices, got " << json_excerpt(index);
           const Tensor& t = p.tensors.at(op.inputs[index.get<size_t>()]);
           TEC_USER_CHECK(t.proto.quantizer && t.proto.usage.columnwise, o.ctx("columnwise_inputs"))
               << "reads the columnwise copy of '" << t.name << "', which has none";
@@ -677,7 +680,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       if (op.backward) {
         for (const auto& slot : o.array("gradient_slots")) {
           TEC_USER_CHECK(slot.is_number_integer() && slot.get<int64_t>() >= 0 && slot.get<int64_t>() < 1024, o.ctx("gradient_slots"))
-              << "expected input slot numbers, got " << slot.dump();
+              << "expected input slot numbers, got " << json_excerpt(slot);
           op.gradient_slots.push_back(slot.get<int>());
         }
         TEC_USER_CHECK(op.gradient_slots.size() == op.outputs.size(), o.ctx("gradient_slots"))
@@ -691,14 +694,31 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
   p.inputs = r.strings("inputs");
   p.outputs = r.strings("outputs");
   p.delayed = r.strings("delayed");
+  // The lists are what the tensors say, each name once: the inputs are the tensors of kind
+  // input (a run fills exactly those), the delayed ones those with delayed-scaling state.
+  auto unique = [&](const std::vector<std::string>& names, const char* key) {
+    const std::set<std::string> seen(names.begin(), names.end());
+    TEC_USER_CHECK(seen.size() == names.size(), r.ctx(key)) << "a tensor is listed twice";
+  };
+  unique(p.inputs, "inputs");
+  unique(p.outputs, "outputs");
+  unique(p.delayed, "delayed");
   for (const auto& name : p.inputs)
-    TEC_USER_CHECK(known(name) && !p.tensors.at(name).buffers.empty(), r.ctx("inputs")) << "input '" << name << "' has no buffers";
+    TEC_USER_CHECK(known(name) && p.tensors.at(name).kind == "input" && !p.tensors.at(name).buffers.empty(), r.ctx("inputs"))
+        << "input '" << name << "' is no input tensor with buffers";
   for (const auto& name : p.outputs)
     TEC_USER_CHECK(known(name) && !p.tensors.at(name).buffers.empty(), r.ctx("outputs")) << "output '" << name << "' has no buffers";
   for (const auto& name : p.delayed)
     TEC_USER_CHECK(known(name) && p.tensors.at(name).state.count("scale") && p.tensors.at(name).state.count("amax_history"),
                    r.ctx("delayed"))
         << "delayed tensor '" << name << "' has no scale and amax_history state";
+  for (const auto& [name, t] : p.tensors) {
+    if (t.kind == "input")
+      TEC_USER_CHECK(std::count(p.inputs.begin(), p.inputs.end(), name), r.ctx("inputs")) << "input tensor '" << name << "' is not listed";
+    if (t.state.count("amax_history"))
+      TEC_USER_CHECK(std::count(p.delayed.begin(), p.delayed.end(), name), r.ctx("delayed"))
+          << "tensor '" << name << "' has delayed-scaling state and is not listed";
+  }
   if (r.contains("train") && !r.field("train").is_null()) {
     const Reader train(r.field("train"), path + "/train", file);
     p.train = true;
@@ -712,16 +732,20 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
                          p.tensors.at(name).proto.dtype == DType::fp32,
                      train.ctx("runtime_scalars"))
           << "runtime scalar '" << name << "' is no fp32 state tensor of shape [1]";
-      // A hyperparameter the plan starts with must be a number (a NaN lr would poison every master).
+      TEC_USER_CHECK(runtime_scalar_range(name) != nullptr, train.ctx("runtime_scalars"))
+          << "runtime scalar '" << name << "' is none that tec defines";
+      // A hyperparameter the plan starts with must be in range (a NaN lr would poison every master).
       if (auto init = p.tensors.at(name).state.find("init"); init != p.tensors.at(name).state.end()) {
         const Buffer& b = p.buffers[static_cast<size_t>(init->second)];
         float value;
         std::memcpy(&value, plan.constants.data() + b.offset, 4);
-        TEC_USER_CHECK(std::isfinite(value), train.ctx("runtime_scalars")) << "runtime scalar '" << name << "' starts at " << value;
+        if (const auto error = runtime_scalar_error(name, value))
+          TEC_USER_ERROR(train.ctx("runtime_scalars")) << "the plan starts " << *error;
       }
     }
   }
   check_dataflow(p, r);
+  check_buffer_layout(p, file, path);
   if (r.contains("tp_layouts")) {
     TEC_USER_CHECK(r.field("tp_layouts").is_object(), r.ctx("tp_layouts")) << "expected an object of tensor -> layout";
     for (const auto& [tensor, layout] : r.field("tp_layouts").items()) {
@@ -761,6 +785,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       open = l.kind == "join" ? std::nullopt : std::optional<Phase>(phase);
     }
     TEC_USER_CHECK(!open.has_value(), gpu.ctx("launches")) << "a fork without a join: the side stream's work would never rejoin the run";
+    check_launch_lifetimes(p, file, path);
   }
   return p;
 }
@@ -802,17 +827,25 @@ Plan load_plan(std::span<const uint8_t> bytes, std::vector<uint8_t>* owner, cons
   plan.target.sm = std::atoi(archs[0].c_str() + 3);
   plan.arena_bytes = r.integer("arena_bytes", 0, kMaxArenaBytes);
   // Blobs: each inside the blob section, and the constants blob present.
+  // Blobs lie one after another as the writer lays them out (plan/file.cpp), each at the next
+  // 256-byte boundary, filling the section: none overlaps another or hides in padding.
   const json& blobs = r.array("blobs");
   std::optional<std::span<const uint8_t>> constants;
+  std::set<std::string> blob_names;
+  uint64_t next_blob = 0;
   for (size_t i = 0; i < blobs.size(); ++i) {
     const Reader b(blobs[i], "/blobs/" + std::to_string(i), name);
     const auto offset = static_cast<uint64_t>(b.integer("offset", 0, kMaxArenaBytes));
     const auto size = static_cast<uint64_t>(b.integer("size", 0, kMaxArenaBytes));
-    TEC_USER_CHECK(offset % kBlobAlignment == 0 && offset <= file.blobs.size() && size <= file.blobs.size() - offset, b.ctx())
-        << "blob '" << b.str("name") << "' [" << offset << ", +" << size << ") lies outside the blob section of "
-        << file.blobs.size() << " bytes";
+    TEC_USER_CHECK(offset == next_blob && offset <= file.blobs.size() && size <= file.blobs.size() - offset, b.ctx())
+        << "blob '" << b.str("name") << "' [" << offset << ", +" << size << ") is not where the blob section of "
+        << file.blobs.size() << " bytes has its next blob (" << next_blob << ")";
+    next_blob = (offset + size + kBlobAlignment - 1) / kBlobAlignment * kBlobAlignment;
+    TEC_USER_CHECK(blob_names.insert(b.str("name")).second, b.ctx("name")) << "blob '" << b.str("name") << "' twice";
     if (b.str("name") == "constants") constants = file.blobs.subspan(offset, size);
   }
+  TEC_USER_CHECK(next_blob == file.blobs.size(), r.ctx("blobs"))
+      << "the blobs end at " << next_blob << ", the blob section at " << file.blobs.size();
   TEC_USER_CHECK(constants.has_value(), r.ctx("blobs")) << "the constants blob is missing";
   const int64_t constant_bytes = r.integer("constant_bytes", 0, kMaxArenaBytes);
   TEC_USER_CHECK(static_cast<int64_t>(constants->size()) == constant_bytes, r.ctx("constant_bytes"))
@@ -869,8 +902,17 @@ Plan load_plan(std::span<const uint8_t> bytes, std::vector<uint8_t>* owner, cons
   }
   const json& profiles = r.array("profiles");
   TEC_USER_CHECK(!profiles.empty(), r.ctx("profiles")) << "a plan needs at least one profile";
-  for (size_t i = 0; i < profiles.size(); ++i)
+  int64_t largest_arena = 0;
+  for (size_t i = 0; i < profiles.size(); ++i) {
     plan.profiles.push_back(parse_profile(profiles[i], "/profiles/" + std::to_string(i), name, plan));
+    largest_arena = std::max(largest_arena, plan.profiles.back().arena_bytes);
+    for (size_t j = 0; j < i; ++j)
+      TEC_USER_CHECK(plan.profiles[j].dims != plan.profiles[i].dims, r.ctx("profiles"))
+          << "profiles " << j << " and " << i << " have the same dims";
+  }
+  // The session allocates the plan's arena: it is the largest profile's, not more.
+  TEC_USER_CHECK(plan.arena_bytes == largest_arena, r.ctx("arena_bytes"))
+      << "the plan's arena is " << plan.arena_bytes << " bytes, its largest profile's " << largest_arena;
   // The device permutes each constant once, for every profile: they must agree on how.
   std::map<int64_t, const Buffer*> layout_at;
   for (const Profile& p : plan.profiles)
@@ -893,7 +935,7 @@ Plan::~Plan() { release_json(manifest); }
 Plan Plan::load(std::span<const uint8_t> bytes, const std::string& name) { return load_plan(bytes, nullptr, name); }
 
 Plan Plan::load_file(const std::string& path) {
-  std::vector<uint8_t> bytes = read_whole_file(path);
+  std::vector<uint8_t> bytes = read_plan_file(path);
   return load_plan(bytes, &bytes, path);
 }
 

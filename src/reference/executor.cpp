@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "core/random.h"
+#include "ir/runtime_scalars.h"
 #include "ops/common.h"
 #include "reference/quantize.h"
 
@@ -46,9 +47,13 @@ InferResult infer_op(const plan::Plan& plan, const plan::Profile& profile, const
     node.inputs.push_back(g.add_value(std::move(v)));
   }
   TEC_USER_CHECK(static_cast<int>(op.inputs.size()) >= def.min_inputs, ctx) << "the op needs at least " << def.min_inputs << " inputs";
+  const size_t param_count = def.params ? def.params(node.attrs, g.value(node.inputs.at(0)).proto.dtype).size() : 0;
+  const auto activations = static_cast<int64_t>(op.inputs.size()) - static_cast<int64_t>(param_count);
+  TEC_USER_CHECK(activations >= def.min_inputs && activations <= def.max_inputs, ctx)
+      << "the op takes " << def.min_inputs << " to " << def.max_inputs << " inputs and " << param_count << " parameters, the plan gives "
+      << op.inputs.size() << " tensors";
   if (def.params) {
     const auto params = def.params(node.attrs, g.value(node.inputs.at(0)).proto.dtype);
-    TEC_USER_CHECK(op.inputs.size() >= params.size() + 1, ctx) << "the op needs " << params.size() << " parameters";
     for (size_t i = 0; i < params.size(); ++i) {
       const auto& given = g.value(node.inputs[op.inputs.size() - params.size() + i]).proto.shape;
       TEC_USER_CHECK(given == params[i].shape, ctx)
@@ -192,12 +197,25 @@ std::span<const uint8_t> Session::bytes_of(const plan::Buffer& b) const {
   return std::span<const uint8_t>(region).subspan(static_cast<size_t>(b.offset), static_cast<size_t>(b.bytes));
 }
 
+namespace {
+void require_input(const plan::Profile& profile, const std::string& name) {
+  if (std::find(profile.inputs.begin(), profile.inputs.end(), name) != profile.inputs.end()) return;
+  std::string inputs;
+  for (const auto& input : profile.inputs) inputs += (inputs.empty() ? "" : ", ") + input;
+  TEC_USER_ERROR((ErrorContext{"reference", name, "", ""})) << "'" << name << "' is not an input of the plan; its inputs are: " << inputs;
+}
+
+void require_input_shape(const std::string& name, const Shape& expected, const HostTensor& values) {
+  TEC_USER_CHECK(values.shape == expected && static_cast<int64_t>(values.values.size()) == expected.numel(),
+                 (ErrorContext{"reference", name, "", ""}))
+      << "input '" << name << "' has shape " << expected.str() << ", got " << values.shape.str();
+}
+}  // namespace
+
 void Session::set_input(const std::string& name, const HostTensor& values) {
+  require_input(profile_, name);
   const plan::Tensor& t = tensor_named(profile_, name);
-  TEC_USER_CHECK(t.kind == "input", (ErrorContext{"reference", name, "", ""})) << "'" << name << "' is not an input";
-  TEC_USER_CHECK(static_cast<int64_t>(values.values.size()) == t.proto.shape.numel(), (ErrorContext{"reference", name, "", ""}))
-      << "input '" << name << "' needs shape " << t.proto.shape.str() << " (" << t.proto.shape.numel() << " values), got "
-      << values.shape.str();
+  require_input_shape(name, t.proto.shape, values);
   std::vector<float> rounded = values.values;
   round_to(t.proto.dtype, rounded);
   store(t, std::move(rounded));
@@ -273,15 +291,17 @@ float Session::scalar(const std::string& name) const {
 
 void Session::set_scalar(const std::string& name, float value) {
   const plan::Tensor& t = tensor_named(profile_, name);
-  TEC_USER_CHECK(t.kind == "state" && t.proto.shape == Shape({1}), (ErrorContext{"reference", name, "", "runtime scalar"}))
-      << "'" << name << "' is no runtime scalar";
+  const ErrorContext ctx{"reference", name, "", "runtime scalar"};
+  TEC_USAGE_CHECK(std::find(profile_.runtime_scalars.begin(), profile_.runtime_scalars.end(), name) != profile_.runtime_scalars.end(), ctx)
+      << "'" << name << "' is no runtime scalar of the plan";
+  if (const auto error = runtime_scalar_error(name, value)) throw Error(ErrorKind::usage, ctx, *error);
   std::memcpy(bytes_of(profile_.buffers[static_cast<size_t>(t.buffers.at(BufferRole::data))]).data(), &value, 4);
 }
 
 std::vector<size_t> Session::begin_run() {
   for (const std::string& name : profile_.runtime_scalars)
-    TEC_USER_CHECK(std::isfinite(scalar(name)), (ErrorContext{"reference", name, "", "runtime scalar"}))
-        << "runtime scalar '" << name << "' is " << scalar(name) << "; set a finite value before running";
+    if (const auto error = runtime_scalar_error(name, scalar(name)))
+      throw Error(ErrorKind::usage, ErrorContext{"reference", name, "", "runtime scalar"}, *error + "; set a valid value before running");
   // A microbatch after the first reuses the weights' copies made from the masters (TE's
   // is_first_microbatch = False): they live in the workspace region, which runs keep.
   const bool remake_weights = workspace_stale_ || !profile_.tensors.count("first_microbatch") || scalar("first_microbatch") != 0.0f;
@@ -443,32 +463,37 @@ RankGroup::RankGroup(const plan::Plan& plan, const plan::Profile& profile) : pla
   for (int64_t r = 0; r < plan.tp_size; ++r) ranks_.push_back(std::make_unique<Session>(plan, profile, r));
 }
 
-TpLayout RankGroup::layout_of(const std::string& name) const {
-  if (plan_.tp_size == 1) return TpLayout::replicated;
-  const auto it = profile_.tp_layouts.find(name);
-  TEC_USER_CHECK(it != profile_.tp_layouts.end(), (ErrorContext{"reference", name, "", "tensor parallel"}))
+namespace {
+TpLayout layout_in(const plan::Plan& plan, const plan::Profile& profile, const std::string& name) {
+  if (plan.tp_size == 1) return TpLayout::replicated;
+  const auto it = profile.tp_layouts.find(name);
+  TEC_USER_CHECK(it != profile.tp_layouts.end(), (ErrorContext{"reference", name, "", "tensor parallel"}))
       << "'" << name << "' has no layout over the ranks (a weight gradient is each rank's own shard): read it rank by rank";
   return it->second;
 }
+}  // namespace
 
-Shape RankGroup::whole_shape(const std::string& name) const {
-  Shape shape = tensor_named(profile_, name).proto.shape;
-  const TpLayout layout = layout_of(name);
+Shape whole_shape(const plan::Plan& plan, const plan::Profile& profile, const std::string& name) {
+  Shape shape = tensor_named(profile, name).proto.shape;
+  const TpLayout layout = layout_in(plan, profile, name);
   if (layout != TpLayout::replicated) {
     const size_t dim = split_dim(layout, shape.rank());
-    shape.dims[dim] = checked_mul(shape.dims[dim], size());
+    shape.dims[dim] = checked_mul(shape.dims[dim], plan.tp_size);
   }
   return shape;
 }
 
+TpLayout RankGroup::layout_of(const std::string& name) const { return layout_in(plan_, profile_, name); }
+
+Shape RankGroup::whole_shape(const std::string& name) const { return reference::whole_shape(plan_, profile_, name); }
+
 void RankGroup::set_input(const std::string& name, const HostTensor& whole) {
+  require_input(profile_, name);
   const Shape shape = whole_shape(name);
-  TEC_USER_CHECK(whole.shape.numel() == shape.numel(), (ErrorContext{"reference", name, "", ""}))
-      << "input '" << name << "' needs shape " << shape.str() << " (" << shape.numel() << " values), got " << whole.shape.str();
+  require_input_shape(name, shape, whole);
   const TpLayout layout = layout_of(name);
-  const HostTensor shaped{shape, whole.values};
   for (int64_t r = 0; r < size(); ++r)
-    rank(r).set_input(name, layout == TpLayout::replicated ? shaped : part_of(shaped, split_dim(layout, shape.rank()), size(), r));
+    rank(r).set_input(name, layout == TpLayout::replicated ? whole : part_of(whole, split_dim(layout, shape.rank()), size(), r));
 }
 
 void RankGroup::randomize_inputs(uint64_t seed) {

@@ -107,6 +107,10 @@ class RankGroup {
   std::vector<std::unique_ptr<Session>> ranks_;
 };
 
+// An input's or output's whole shape: a rank's, times the plan's ranks along the dim its
+// tp_layout splits (a one-rank plan's own shape).
+Shape whole_shape(const plan::Plan& plan, const plan::Profile& profile, const std::string& tensor);
+
 // Seeded N(0, 1) values of an input's shape, rounded later when stored (an int32 input gets
 // 0 or 1; see Session::randomize_inputs).
 HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ir/runtime_scalars.h"
 #include "core/hash.h"
 #include "reference/executor.h"
 #include "runtime/session.h"
@@ -278,6 +279,15 @@ Status Session::set_state(const std::vector<uint8_t>& bytes) {
       writes.emplace_back(index, take(static_cast<size_t>(b.bytes)));
     }
     TEC_USER_CHECK(at == bytes.size() - 8, ctx) << "trailing bytes after the state";
+    // Runtime scalars are state too: one outside its range would make every later step NaN.
+    const auto& scalars = impl_->profile->runtime_scalars;
+    for (const auto& [index, data] : writes) {
+      const plan::Buffer& b = impl_->profile->buffers[static_cast<size_t>(index)];
+      if (b.bytes != 4 || std::find(scalars.begin(), scalars.end(), b.tensor) == scalars.end()) continue;
+      float value;
+      std::memcpy(&value, data, 4);
+      if (const auto error = runtime_scalar_error(b.tensor, value)) throw Error(ErrorKind::invalid_input, ctx, *error);
+    }
     for (const auto& [index, data] : writes) impl_->write(index, data);
     // Restored masters: the next run remakes the weights' copies from them.
     if (impl_->cpu) impl_->cpu->remake_weight_workspace();
@@ -300,6 +310,7 @@ Status Session::set_scalar(const std::string& name, double value) {
            }());
     const auto f = static_cast<float>(value);
     TEC_USAGE_CHECK(std::isfinite(f), ctx) << "runtime scalar '" << name << "' must be a finite float, got " << value;
+    if (const auto error = runtime_scalar_error(name, f)) throw Error(ErrorKind::usage, ctx, *error);
     if (impl_->gpu) impl_->gpu->set_scalar(name, f, nullptr);
     else impl_->cpu->set_scalar(name, f);
     return Status{};

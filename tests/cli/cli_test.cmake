@@ -67,7 +67,7 @@ expect("the dot picture has clusters" 0 "subgraph cluster_1" ${CMAKE_COMMAND} -E
 expect("te-run runs the plan on the CPU" 0 "y            [32, 64]" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --save-outputs ${WORK_DIR}/out)
 expect("te-run saved the output as .npy" 0 "NUMPY" ${CMAKE_COMMAND} -E cat ${WORK_DIR}/out/y.npy)
 expect("te-run reads inputs from .npy" 0 "y            [32, 64]" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --input x=${WORK_DIR}/out/y.npy)
-expect("te-run rejects an input of the wrong shape" 3 "input 'x' needs shape [128, 64]" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --shape T=128 --input x=${WORK_DIR}/out/y.npy)
+expect("te-run rejects an input of the wrong shape" 3 "input 'x' has shape [128, 64], the file holds [32, 64]" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --shape T=128 --input x=${WORK_DIR}/out/y.npy)
 file(WRITE ${WORK_DIR}/bad.npy "not numpy")
 expect("te-run rejects a file that is not .npy" 3 "not a .npy file" ${TE_RUN} ${WORK_DIR}/m.teplan --backend cpu --input x=${WORK_DIR}/bad.npy)
 expect("te-run --dot draws the plan" 0 "wrote" ${TE_RUN} ${WORK_DIR}/m.teplan --dot ${WORK_DIR}/run.dot)

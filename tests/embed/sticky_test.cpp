@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "core/file_io.h"
 #include "plan/file.h"
 #include "plan/plan.h"
 #include "tec/runtime.h"
@@ -76,7 +77,7 @@ std::vector<uint8_t> faulting_cubin(const std::set<std::string>& entries, const 
 
 // The base plan with its first kernel's module replaced by faulting code.
 void write_faulting_plan(const std::string& base, const std::string& out) {
-  const std::vector<uint8_t> bytes = tec::plan::read_whole_file(base);
+  const std::vector<uint8_t> bytes = tec::plan::read_plan_file(base);
   const tec::plan::Plan typed = tec::plan::Plan::load(bytes, base);
   tec::plan::PlanFile file = tec::plan::parse_plan_file(bytes, base);
   int module = -1;
@@ -99,7 +100,7 @@ void write_faulting_plan(const std::string& base, const std::string& out) {
   for (const auto& [arch, blob_name] : file.manifest["modules"][static_cast<size_t>(module)]["cubins"].items())
     for (auto& b : blobs)
       if (b.name == blob_name.get<std::string>()) b.bytes = faulting_cubin(entries, arch);
-  tec::plan::write_file_atomically(out, tec::plan::serialize_plan(file.manifest, blobs));
+  tec::write_file_atomically(out, tec::plan::serialize_plan(file.manifest, blobs));
   std::printf("wrote %s: module %d (%s, %zu kernels) stores to address 0x10\n", out.c_str(), module,
               typed.modules.at(static_cast<size_t>(module)).source.c_str(), entries.size());
 }

@@ -76,8 +76,12 @@ TEST_CASE("hostile safetensors files get clear errors") {
   write_raw(std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}");
   CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("does not fit") != std::string::npos);
   write_raw(header("{not json"));
-  CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("not a JSON object") !=
-        std::string::npos);
+  CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("malformed JSON") != std::string::npos);
+  write_raw(header("[1, 2]"));
+  CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("not a JSON object") != std::string::npos);
+  // Nesting beyond the readers' limit is refused before it is parsed (core/json_text.h).
+  write_raw(header(std::string(100000, '[') + std::string(100000, ']')));
+  CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("nested deeper than 64") != std::string::npos);
   write_raw(header(R"({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 1000]}})") + std::string(16, 'x'));
   CHECK(test::error_of([&] { (void)read_safetensors_index(path); }).message().find("outside the data section") !=
         std::string::npos);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/file_io.h"
 #include "plan/file.h"
 #include "plan/format.h"
 #include "plan/plan.h"
@@ -16,7 +17,7 @@ namespace {
 std::vector<uint8_t> blob_section() {
   const char* path = std::getenv("TEC_FUZZ_BLOBS");
   if (!path) return std::vector<uint8_t>(256, 0);
-  const auto bytes = tec::plan::read_whole_file(path);
+  const auto bytes = tec::plan::read_plan_file(path);
   tec::plan::FileHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
   return std::vector<uint8_t>(bytes.begin() + static_cast<long>(h.blobs_offset),

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "compiler.h"
+#include "core/file_io.h"
 #include "plan/file.h"
 #include "plan/format.h"
 #include "plan/plan.h"
@@ -75,12 +76,12 @@ TEST_CASE("the valid plan loads and runs") {
 TEST_CASE("a plan file loads as its bytes do, and its damage reads as theirs") {
   const auto path = (std::filesystem::temp_directory_path() / ("tec_hostile_" + std::to_string(::getpid()) + ".teplan")).string();
   auto load_file_error = [&](std::span<const uint8_t> bytes) {
-    plan::write_file_atomically(path, bytes);
+    tec::write_file_atomically(path, bytes);
     const Error e = test::error_of([&] { (void)plan::Plan::load_file(path); });
     CHECK(e.kind() == ErrorKind::invalid_input);
     return e.message();
   };
-  plan::write_file_atomically(path, valid_plan().bytes);
+  tec::write_file_atomically(path, valid_plan().bytes);
   const plan::Plan from_file = plan::Plan::load_file(path);
   const plan::Plan from_bytes = plan::Plan::load(valid_plan().bytes, "valid.teplan");
   CHECK(!from_file.constants.empty());
@@ -172,9 +173,14 @@ TEST_CASE("wrong magic and a future version") {
 TEST_CASE("a manifest that is not JSON") {
   const auto& good = valid_plan().bytes;
   const auto h = header_of(good);
-  std::string garbage(h.manifest_size, '{');
-  const auto bad = plan::assemble_plan(garbage, std::span(good.data() + h.blobs_offset, h.blobs_size));
-  CHECK(load_error(bad).find("manifest is not a JSON object") != std::string::npos);
+  const auto blobs = std::span(good.data() + h.blobs_offset, h.blobs_size);
+  CHECK(load_error(plan::assemble_plan("{\"format\": ", blobs)).find("malformed JSON") != std::string::npos);
+  CHECK(load_error(plan::assemble_plan("[1, 2]", blobs)).find("manifest is not a JSON object") != std::string::npos);
+  // Deep nesting is refused before it is parsed, and the error quotes no value (issue 51: the
+  // printer recursed once per level and crashed).
+  const std::string deep = load_error(plan::assemble_plan(std::string(h.manifest_size, '{'), blobs));
+  CHECK(deep.find("nested deeper than 64 levels") != std::string::npos);
+  CHECK(deep.size() < 300);
 }
 
 TEST_CASE("offsets and sizes past the arena, the constants or the file") {
@@ -194,7 +200,16 @@ TEST_CASE("offsets and sizes past the arena, the constants or the file") {
                                            good.begin() + static_cast<long>(h.manifest_offset + h.manifest_size));
   m["blobs"][0]["size"] = h.blobs_size + 4096;
   const auto bad = plan::assemble_plan(m.dump(), std::span(good.data() + h.blobs_offset, h.blobs_size));
-  CHECK(load_error(bad).find("lies outside the blob section") != std::string::npos);
+  CHECK(load_error(bad).find("is not where the blob section of") != std::string::npos);
+  // Blobs that overlap, or one moved into the padding after another (issue 51: the constants
+  // blob moved by 256 bytes loaded and ran on other weights).
+  for (const int64_t shift : {256, 4096}) {
+    nlohmann::json moved = nlohmann::json::parse(good.begin() + static_cast<long>(h.manifest_offset),
+                                                 good.begin() + static_cast<long>(h.manifest_offset + h.manifest_size));
+    moved["blobs"][0]["offset"] = moved["blobs"][0]["offset"].get<int64_t>() + shift;
+    CHECK(load_error(plan::assemble_plan(moved.dump(), std::span(good.data() + h.blobs_offset, h.blobs_size)))
+              .find("has its next blob") != std::string::npos);
+  }
 }
 
 // Regression: the manifest fuzzer (under UBSan) moved a delayed-scaling state buffer to an

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
+#include "core/file_io.h"
+#include "core/json_text.h"
 #include "frontend/weights/safetensors.h"
 #include "ops/common.h"
 
@@ -52,9 +52,9 @@ std::string get_string(const json& v, const Where& at) {
 }
 
 int64_t get_dim(const json& v, const Where& at) {
-  TEC_USER_CHECK(v.is_number_integer(), at.context()) << "expected an integer dim, got " << v.dump();
+  TEC_USER_CHECK(v.is_number_integer(), at.context()) << "expected an integer dim, got " << json_excerpt(v);
   TEC_USER_CHECK(v.is_number_unsigned() && v.get<int64_t>() >= 1 && v.get<int64_t>() <= kMaxDim, at.context())
-      << "dim must be in [1, " << kMaxDim << "], got " << v.dump();
+      << "dim must be in [1, " << kMaxDim << "], got " << json_excerpt(v);
   return v.get<int64_t>();
 }
 
@@ -315,24 +315,24 @@ void parse_weights(Model& m) {
 AttrValue to_attr(const json& v, const AttrSpec* spec, const Where& at, const std::map<std::string, int64_t>& profile) {
   // An attribute the op does not take is kept as text: check_and_default_attributes then
   // reports it as unknown, with the list of those the op takes.
-  if (!spec) return v.dump();
+  if (!spec) return json_excerpt(v);
   const AttrType type = spec->type;
   switch (type) {
     case AttrType::int_:
       if (v.is_string()) return resolve_dim(v, at, profile);
-      TEC_USER_CHECK(v.is_number_integer(), at.context()) << "expected an integer or a dim name, got " << v.dump();
+      TEC_USER_CHECK(v.is_number_integer(), at.context()) << "expected an integer or a dim name, got " << json_excerpt(v);
       return v.get<int64_t>();
     case AttrType::float_:
-      TEC_USER_CHECK(v.is_number(), at.context()) << "expected a number, got " << v.dump();
+      TEC_USER_CHECK(v.is_number(), at.context()) << "expected a number, got " << json_excerpt(v);
       return v.get<double>();
     case AttrType::bool_:
-      TEC_USER_CHECK(v.is_boolean(), at.context()) << "expected true or false, got " << v.dump();
+      TEC_USER_CHECK(v.is_boolean(), at.context()) << "expected true or false, got " << json_excerpt(v);
       return v.get<bool>();
     case AttrType::string_:
-      TEC_USER_CHECK(v.is_string(), at.context()) << "expected a string, got " << v.dump();
+      TEC_USER_CHECK(v.is_string(), at.context()) << "expected a string, got " << json_excerpt(v);
       return v.get<std::string>();
     case AttrType::ints: {
-      TEC_USER_CHECK(v.is_array(), at.context()) << "expected an array, got " << v.dump();
+      TEC_USER_CHECK(v.is_array(), at.context()) << "expected an array, got " << json_excerpt(v);
       std::vector<int64_t> out;
       for (size_t i = 0; i < v.size(); ++i) {
         if (v[i].is_string()) {
@@ -476,19 +476,6 @@ Graph build_graph(const Model& m, const std::map<std::string, int64_t>& profile,
   return g;
 }
 
-std::string line_and_column(std::string_view text, size_t byte) {
-  size_t line = 1, column = 1;
-  for (size_t i = 0; i < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      column = 1;
-    } else {
-      ++column;
-    }
-  }
-  return std::to_string(line) + ":" + std::to_string(column);
-}
-
 }  // namespace
 
 std::vector<Graph> parse_json_graphs(std::string_view text, const std::string& display_name, const std::string& base_dir,
@@ -496,21 +483,7 @@ std::vector<Graph> parse_json_graphs(std::string_view text, const std::string& d
   Model m;
   m.file = display_name;
   m.base_dir = base_dir;
-  try {
-    m.doc = json::parse(text);
-  } catch (const json::parse_error& e) {
-    std::string what = e.what();
-    // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 2: "
-    if (auto colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
-    TEC_USER_ERROR((ErrorContext{"json", "", "", display_name + ":" + line_and_column(text, e.byte ? e.byte - 1 : 0)}))
-        << "malformed JSON: " << what;
-  } catch (const json::exception& e) {
-    // Not only parse_error: a number too large for 64 bits is an out_of_range (found by
-    // tests/fuzz/json_frontend_fuzz).
-    std::string what = e.what();
-    if (auto bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
-    TEC_USER_ERROR((ErrorContext{"json", "", "", display_name})) << "malformed JSON: " << what;
-  }
+  m.doc = parse_json_text(text, ErrorContext{"json", "", "", display_name});
   const Where root{m.file, ""};
   TEC_USER_CHECK(m.doc.is_object(), root.context()) << "a graph must be a JSON object, got " << m.doc.type_name();
   check_structure(m);
@@ -523,13 +496,11 @@ std::vector<Graph> parse_json_graphs(std::string_view text, const std::string& d
 }
 
 std::vector<Graph> load_json_graphs(const std::string& path, const FrontendOptions& options) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(ErrorKind::io, ErrorContext{"json", "", "", path}, "cannot open graph file");
-  std::ostringstream text;
-  text.exceptions(std::ios::badbit);  // out of memory throws rather than truncating the graph
-  text << file.rdbuf();
+  const std::vector<uint8_t> bytes =
+      read_file(path, ReadLimits{kMaxGraphJsonBytes, true}, "graph file", ErrorContext{"json", "", "", path});
   const std::string base_dir = std::filesystem::path(path).parent_path().string();
-  return parse_json_graphs(text.str(), path, base_dir.empty() ? "." : base_dir, options);
+  return parse_json_graphs(std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()), path,
+                           base_dir.empty() ? "." : base_dir, options);
 }
 
 }  // namespace tec

@@ -24,6 +24,9 @@ struct FrontendOptions {
   int64_t tp_size = 0;
 };
 
+// A graph file's size limit (weights live in their own files).
+inline constexpr uint64_t kMaxGraphJsonBytes = uint64_t{64} << 20;
+
 // One Graph per shape profile. `display_name` appears in error locations; weight files
 // are resolved against `base_dir`.
 std::vector<Graph> parse_json_graphs(std::string_view text, const std::string& display_name,

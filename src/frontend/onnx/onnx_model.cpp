@@ -10,7 +10,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
-#include "plan/file.h"
+#include "core/file_io.h"
 #include "reference/convert.h"
 
 namespace tec::onnx {
@@ -347,7 +347,7 @@ Model parse_model(const uint8_t* data, size_t size, const std::string& display_n
 }
 
 Model read_model_file(const std::string& path) {
-  const std::vector<uint8_t> bytes = plan::read_whole_file(path);
+  const std::vector<uint8_t> bytes = read_file(path, ReadLimits{kMaxModelBytes, false}, "ONNX model", at(path, ""));
   const std::string base = fs::path(path).parent_path().string();
   return parse_model(bytes.data(), bytes.size(), path, base.empty() ? "." : base);
 }

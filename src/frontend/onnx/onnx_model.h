@@ -85,6 +85,8 @@ struct Model {
 
 // Limits on what a model may declare, checked before anything is allocated for it.
 inline constexpr size_t kMaxNodes = 1 << 20;
+// protobuf parses at most 2 GiB; larger weights go in external data files.
+inline constexpr uint64_t kMaxModelBytes = uint64_t{2} << 30;
 inline constexpr size_t kMaxRank = 8;
 
 // Reads and validates a model. `base_dir` resolves external data (relative paths inside

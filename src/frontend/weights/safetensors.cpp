@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_io.h"
+#include "core/json_text.h"
 
 namespace tec {
 
@@ -27,13 +29,12 @@ std::optional<DType> safetensors_dtype(const std::string& name) {
 }  // namespace
 
 SafetensorsIndex read_safetensors_index(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw Error(ErrorKind::io, file_context(path), "cannot open weights file: " + std::string(std::strerror(errno)));
   SafetensorsIndex index;
   index.path = path;
-  std::error_code ec;
-  index.file_size = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  TEC_USER_CHECK(!ec && index.file_size >= 8, file_context(path))
+  index.file_size = static_cast<int64_t>(regular_file_size(path, "weights file", file_context(path)));
+  std::ifstream file(path, std::ios::binary);
+  if (!file) throw Error(ErrorKind::io, file_context(path), "cannot open weights file: " + std::string(std::strerror(errno)));
+  TEC_USER_CHECK(index.file_size >= 8, file_context(path))
       << "not a safetensors file: " << index.file_size << " bytes, shorter than the 8-byte header size";
   unsigned char size_bytes[8];
   file.read(reinterpret_cast<char*>(size_bytes), 8);
@@ -47,7 +48,7 @@ SafetensorsIndex read_safetensors_index(const std::string& path) {
   const int64_t data_start = 8 + static_cast<int64_t>(header_size);
   const int64_t data_size = index.file_size - data_start;
 
-  nlohmann::json doc = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+  const nlohmann::json doc = parse_json_text(header, file_context(path));
   TEC_USER_CHECK(doc.is_object(), file_context(path)) << "safetensors header is not a JSON object";
   for (const auto& [name, entry] : doc.items()) {
     if (name == "__metadata__") continue;
