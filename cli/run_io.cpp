@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/file_io.h"
+#include "core/json_text.h"
 #include "core/npy.h"
 #include "reference/executor.h"
 
@@ -49,7 +50,9 @@ void save_outputs(const std::string& dir, const std::vector<NamedTensor>& tensor
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, tensor] = tensors[i];
     write_npy((std::filesystem::path(dir) / files[i]).string(), tensor.shape, tensor.values);
-    if (files[i] != name + ".npy") std::printf("  output '%s' saved as %s (characters a file name cannot hold are %%XX)\n", name.c_str(), files[i].c_str());
+    if (files[i] != name + ".npy")
+      std::printf("  output %s saved as %s (characters a file name cannot hold are %%XX)\n", json_excerpt(nlohmann::json(name)).c_str(),
+                  files[i].c_str());
   }
   std::printf("saved outputs to %s\n", dir.c_str());
 }

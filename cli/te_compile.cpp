@@ -49,7 +49,8 @@ damaged one is rebuilt. The folder may be deleted at any time.
 
 Exit codes:
   0 success            2 usage error          3 invalid model
-  4 unsupported        5 compile failure      6 I/O error        7 device error (--tune without a GPU)
+  4 unsupported        5 compile failure      6 I/O error (naming the path)
+  7 device or memory error (--tune without a GPU; a model whose constants do not fit this machine's memory)
   70 internal error (a tec bug)
 
 Train plans (--mode train) run on the GPU as one CUDA graph and on the CPU reference executor
@@ -330,6 +331,7 @@ int main(int argc, char** argv) {
     std::cout << nlohmann::json{{"opsets", {tec::onnx::kMinOpset, tec::onnx::kMaxOpset}}, {"ops", ops}}.dump(2) << "\n";
     return 0;
   }
+  tec::remove_temporary_files_on_signals();
   if (model.empty()) {
     std::fprintf(stderr, "te-compile: MODEL is required\nRun with --help for more information.\n");
     return tec::exit_code(ErrorKind::usage);
@@ -362,11 +364,15 @@ int main(int argc, char** argv) {
         throw tec::Error(ErrorKind::usage, {}, "unknown --recipe '" + recipe + "'; expected one of: " + tec::recipe_kind_names());
       options.frontend.recipe = *kind;
     }
-    for (const auto& p : profiles) options.frontend.dim_overrides.insert(parse_dim_assignment(p, "--profiles"));
+    // Each dim once, by --shape or --profiles: a later one used to win silently.
+    for (const auto& p : profiles) {
+      auto [dim, sizes] = parse_dim_assignment(p, "--profiles");
+      tec::cli::add_once(options.frontend.dim_overrides, dim, sizes, "--shape/--profiles");
+    }
     for (const auto& s : shapes) {
       auto [dim, sizes] = parse_dim_assignment(s, "--shape");
       if (sizes.size() != 1) throw tec::Error(ErrorKind::usage, {}, "--shape takes one size per dim, use --profiles for lists");
-      options.frontend.dim_overrides[dim] = sizes;
+      tec::cli::add_once(options.frontend.dim_overrides, dim, sizes, "--shape/--profiles");
     }
     // Without a file to write, stop before building the constants (quantizing every weight).
     const bool writes = !output.empty() || !dot.empty();

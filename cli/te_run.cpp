@@ -49,7 +49,7 @@ Libraries loaded only by plans that need them:
 Exit codes:
   0 success            1 --verify-cpu found a mismatch     2 usage error      3 invalid plan or input
   4 unsupported (e.g. a plan with no GPU code)             6 I/O error
-  7 device error (no CUDA device, out of memory, a failed CUDA, cuBLASLt, NCCL or cuDNN call, a missing library)
+  7 device error (no CUDA device, out of device or host memory, a failed CUDA, cuBLASLt, NCCL or cuDNN call, a missing library)
   8 device lost (a kernel faulted, e.g. an illegal address: the GPU is unusable until restart)
   70 internal error)";
 
@@ -269,6 +269,7 @@ int main(int argc, char** argv) {
       auto [name, file] = split_assignment(in, "--input");
       add_once(input_files, name, file, "--input");
     }
+    if (!save_dir.empty()) tec::create_output_folder(save_dir, "--save-outputs");  // before a long run, not after
     auto shared_plan = std::make_shared<const tec::plan::Plan>(tec::plan::Plan::load_file(plan_path));
     const tec::plan::Plan& plan = *shared_plan;
     std::map<std::string, float> scalar_values;

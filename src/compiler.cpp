@@ -58,6 +58,40 @@ class PassRunner {
   int step_ = 0;
 };
 
+// Every profile shares one constants blob: a weight's shape may not depend on a dim whose
+// profile list has several sizes (issue 51: --profiles F=256,512 ended in an internal error).
+void check_weights_agree(const std::vector<CompiledProfile>& profiles) {
+  const Graph& first = profiles.at(0).graph;
+  for (size_t p = 1; p < profiles.size(); ++p) {
+    const Graph& g = profiles[p].graph;
+    for (const Value& w : first.values) {
+      if (w.kind != ValueKind::weight) continue;
+      const auto id = g.find_value(w.name);
+      if (!id || g.value(*id).proto.shape == w.proto.shape) continue;
+      // The dims that explain the difference: those whose two sizes are the two shapes' sizes
+      // along some axis (F: 256 and 512), else every dim that differs.
+      const Shape& a = w.proto.shape;
+      const Shape& b = g.value(*id).proto.shape;
+      std::string differ, all;
+      for (const auto& [dim, size] : first.dims) {
+        if (!g.dims.count(dim) || g.dims.at(dim) == size) continue;
+        const std::string text = dim + " (" + std::to_string(size) + " and " + std::to_string(g.dims.at(dim)) + ")";
+        all += (all.empty() ? "" : ", ") + text;
+        for (size_t axis = 0; axis < std::min(a.dims.size(), b.dims.size()); ++axis)
+          if (a.dims[axis] == size && b.dims[axis] == g.dims.at(dim)) {
+            differ += (differ.empty() ? "" : ", ") + text;
+            break;
+          }
+      }
+      if (differ.empty()) differ = all;
+      TEC_USER_ERROR((ErrorContext{"frontend", w.name, "", w.source}))
+          << "weight '" << w.name << "' has shape " << w.proto.shape.str() << " in the first profile and "
+          << g.value(*id).proto.shape.str() << " in profile " << p << "; one plan holds one copy of each weight, so a weight's "
+          << "dims must take one size (profile lists are for token dims); it follows " << differ;
+    }
+  }
+}
+
 }  // namespace
 
 bool is_onnx_path(const std::string& path) {
@@ -95,6 +129,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
       graphs = load_json_graphs(options.model_path, options.frontend);
     }
     for (Graph& g : graphs) result.profiles.push_back({std::move(g), {}, {}});
+    check_weights_agree(result.profiles);
   });
   if (stop_after("frontend")) return result;
   run.graph_pass("tensor_parallel", tensor_parallel);

@@ -1,3 +1,4 @@
+#include "core/host_memory.h"
 #include "plan_builder.h"
 
 #include <cmath>
@@ -356,6 +357,8 @@ PlanParts build_plan(const std::vector<CompiledProfile>& profiles, const GpuCode
   // A tensor-parallel plan holds every rank's constants, one blob each (rank 0's is
   // "constants", as in any plan), so that one file deploys to the whole group.
   const int64_t ranks = first.tp.size;
+  require_host_memory(static_cast<uint64_t>(checked_mul(profiles[0].memory.constant_bytes, ranks)),
+                      "building the plan's constants" + std::string(ranks > 1 ? " (every rank's)" : ""), ErrorContext{"plan"});
   parts.constants_from_cache = true;
   for (int64_t rank = 0; rank < ranks; ++rank) {
     const std::string cached = cacheable ? constants_cache_key(profiles[0], rank) : "";

@@ -1,5 +1,7 @@
 #include "core/json_text.h"
 
+#include <optional>
+
 namespace tec {
 
 namespace {
@@ -88,12 +90,33 @@ int json_nesting_depth(std::string_view text, int limit, size_t* at) {
   return deepest;
 }
 
-nlohmann::json parse_json_text(std::string_view text, const ErrorContext& context) {
+// The JSON pointer of the first string or key longer than `limit`, or nothing.
+std::optional<std::string> long_string(const nlohmann::json& j, size_t limit, const std::string& pointer) {
+  if (j.is_string()) return j.get_ref<const std::string&>().size() > limit ? std::optional(pointer) : std::nullopt;
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (it.key().size() > limit) return pointer + "/" + text_excerpt(it.key());
+      if (auto found = long_string(*it, limit, pointer + "/" + it.key())) return found;
+    }
+  } else if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i)
+      if (auto found = long_string(j[i], limit, pointer + "/" + std::to_string(i))) return found;
+  }
+  return std::nullopt;
+}
+
+nlohmann::json parse_json_text(std::string_view text, const ErrorContext& context, size_t max_string_bytes) {
   size_t deep_at = 0;
   TEC_USER_CHECK(json_nesting_depth(text, kMaxJsonDepth, &deep_at) <= kMaxJsonDepth, at_byte(context, text, deep_at))
       << "JSON nested deeper than " << kMaxJsonDepth << " levels; tec reads at most " << kMaxJsonDepth;
   try {
-    return nlohmann::json::parse(text);
+    nlohmann::json doc = nlohmann::json::parse(text);
+    if (const auto at = long_string(doc, max_string_bytes, "")) {
+      ErrorContext where = context;
+      where.location += " " + *at;
+      TEC_USER_ERROR(where) << "a string or key longer than " << max_string_bytes << " bytes; names and paths are at most that";
+    }
+    return doc;
   } catch (const nlohmann::json::parse_error& e) {
     std::string what = e.what();
     // nlohmann prefixes "[json.exception.parse_error.101] parse error at line 1, column 2: "
@@ -106,6 +129,10 @@ nlohmann::json parse_json_text(std::string_view text, const ErrorContext& contex
     if (auto bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
     TEC_USER_ERROR(context) << "malformed JSON: " << what;
   }
+}
+
+std::string text_excerpt(const std::string& text, size_t max_chars) {
+  return text.size() <= max_chars ? text : text.substr(0, max_chars) + "...";
 }
 
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {

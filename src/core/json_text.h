@@ -17,9 +17,17 @@ namespace tec {
 // at most ~8 levels (a manifest's launch argument inside a launch inside a profile).
 inline constexpr int kMaxJsonDepth = 64;
 
-// Parses `text`; malformed JSON or nesting deeper than kMaxJsonDepth throws
-// Error(invalid_input) with `context`, its location extended by ":line:column" of the fault.
-nlohmann::json parse_json_text(std::string_view text, const ErrorContext& context);
+// The longest string (a name, an op type, a path) a graph, manifest or model may hold: errors
+// quote names, so this bounds every error line.
+inline constexpr size_t kMaxStringBytes = 4096;
+
+// `text` cut to `max_chars` with "..." for error messages.
+std::string text_excerpt(const std::string& text, size_t max_chars = 64);
+
+// Parses `text`; malformed JSON, nesting deeper than kMaxJsonDepth, or a string or key longer
+// than `max_string_bytes` throws Error(invalid_input) with `context`, its location extended by
+// ":line:column" of the fault (or by the JSON pointer of the long string).
+nlohmann::json parse_json_text(std::string_view text, const ErrorContext& context, size_t max_string_bytes = kMaxStringBytes);
 
 // The deepest nesting in `text` (arrays and objects, strings skipped); stops counting once it
 // passes `limit` and returns the byte offset where it did through `at`.

@@ -740,7 +740,7 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
         float value;
         std::memcpy(&value, plan.constants.data() + b.offset, 4);
         if (const auto error = runtime_scalar_error(name, value))
-          TEC_USER_ERROR(train.ctx("runtime_scalars")) << "the plan starts " << *error;
+          TEC_USER_ERROR(train.ctx("runtime_scalars")) << "its starting value: " << *error;
       }
     }
   }
@@ -786,6 +786,17 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
     }
     TEC_USER_CHECK(!open.has_value(), gpu.ctx("launches")) << "a fork without a join: the side stream's work would never rejoin the run";
     check_launch_lifetimes(p, file, path);
+    // A plan with GPU code runs every step on the GPU; one without says why and has none.
+    if (!p.gpu_supported) {
+      TEC_USER_CHECK(p.launches.empty() && !p.gpu_reason.empty(), gpu.ctx("supported"))
+          << "a profile without GPU code has no launches and says why";
+    } else {
+      std::vector<bool> launched(p.steps.size(), false);
+      for (const Launch& l : p.launches)
+        if (l.step >= 0) launched[static_cast<size_t>(l.step)] = true;
+      for (size_t s = 0; s < p.steps.size(); ++s)
+        TEC_USER_CHECK(launched[s], gpu.ctx("launches")) << "step " << s << " ('" << p.steps[s].name << "') has no GPU launch";
+    }
   }
   return p;
 }

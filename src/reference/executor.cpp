@@ -7,6 +7,7 @@
 #include <utility>
 #include <variant>
 
+#include "core/host_memory.h"
 #include "core/random.h"
 #include "ir/runtime_scalars.h"
 #include "ops/common.h"
@@ -155,13 +156,22 @@ void check_collective(const plan::Plan& plan, const plan::Step& step, const plan
   TEC_USER_CHECK(op.inputs.size() == 1 && op.outputs.size() == 1, ctx) << "a collective reads one tensor and writes one";
 }
 
+// The arena, after checking that the machine holds it (and the other ranks' of a
+// tensor-parallel plan, which RankGroup keeps alongside).
+std::vector<uint8_t> host_arena(const plan::Plan& plan) {
+  require_host_memory(static_cast<uint64_t>(checked_mul(plan.arena_bytes, plan.tp_size)),
+                      "the CPU reference's arena" + std::string(plan.tp_size > 1 ? " (every rank's)" : ""),
+                      ErrorContext{"reference", "", "", plan.name});
+  return std::vector<uint8_t>(static_cast<size_t>(plan.arena_bytes), 0);
+}
+
 }  // namespace
 
 Session::Session(const plan::Plan& plan, const plan::Profile& profile, int64_t rank)
     : plan_(plan),
       profile_(profile),
       constants_(rank >= 0 && rank < plan.tp_size ? plan.constants_of(rank) : plan.constants),
-      arena_(static_cast<size_t>(plan.arena_bytes), 0) {
+      arena_(host_arena(plan)) {
   TEC_USER_CHECK(rank >= 0 && rank < plan.tp_size, (ErrorContext{"reference", "", "", plan.name}))
       << "rank " << rank << " of a plan of " << plan.tp_size << " ranks";
   for (const plan::Step& step : profile_.steps) {

@@ -1,13 +1,20 @@
 // src/core: dtypes, shapes with overflow checks, checksums, and errors that carry their context.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
 #include <new>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/hash.h"
+#include "core/json_text.h"
 #include "core/shape.h"
+#include "ir/runtime_scalars.h"
 #include "mid_m_layout.h"
 #include "small_m_layout.h"
 #include "test_util.h"
@@ -140,6 +147,82 @@ TEST_CASE("the mid-M layout is a permutation: each 64-row tile's 128-byte step i
           for (long long j = 0; j < 16; j += 5)
             CHECK(tec_mid_m_tiled_offset(64 * tile + r, 128 * step + 16 * c + j, k) ==
                   tile * 64 * k + 8192 * step + 128 * r + 16 * (c ^ (r % 8)) + j);
+}
+
+}  // namespace tec
+
+namespace tec {
+
+// Issue 51: readers of untrusted files share these rules (core/json_text.h, core/file_io.h).
+TEST_CASE("JSON nesting is measured outside strings, and refused past the limit before parsing") {
+  CHECK(json_nesting_depth(R"({"a": [[1], {"b": "[[[[[[["}]})", 64) == 3);
+  CHECK(json_nesting_depth(R"(["\"[[[", "\\"])", 64) == 1);
+  size_t at = 0;
+  const std::string deep = std::string(100, '[') + std::string(100, ']');
+  CHECK(json_nesting_depth(deep, 64, &at) == 65);
+  CHECK(at == 64);
+  const Error e = test::error_of([&] { (void)parse_json_text(deep, ErrorContext{"json", "", "", "g.json"}); });
+  CHECK(e.message().find("nested deeper than 64") != std::string::npos);
+  CHECK(e.context().location == "g.json:1:65");
+  CHECK(parse_json_text(std::string(64, '[') + std::string(64, ']'), {}).is_array());
+  CHECK(test::error_of([] { (void)parse_json_text(R"({"k": ")" + std::string(5000, 'x') + R"("})", {"json", "", "", "g"}); })
+            .context()
+            .location == "g /k");
+}
+
+TEST_CASE("values in error messages are bounded excerpts") {
+  nlohmann::json big = nlohmann::json::array();
+  for (int i = 0; i < 100000; ++i) big.push_back(i);
+  CHECK(json_excerpt(big).size() < 100);
+  CHECK(json_excerpt(nlohmann::json::parse(std::string(50, '[') + std::string(50, ']'))) == "[[[[...]]]]");
+  CHECK(json_excerpt(std::string(1000, 'x')).size() < 100);
+  CHECK(json_excerpt(nlohmann::json{{"a", 1}}) == R"({"a": 1})");
+}
+
+TEST_CASE("file names made from tensor names stay in their folder and stay distinct") {
+  CHECK(file_name_for("y", ".npy") == "y.npy");
+  CHECK(file_name_for("layers.0/attn:out", ".npy") == "layers.0%2Fattn%3Aout.npy");
+  for (const std::string& name : std::vector<std::string>{"..", ".", "../y", "/etc/passwd", std::string("a\0b", 3), "", "a%2Fb", ".hidden"}) {
+    const std::string file = file_name_for(name, ".npy");
+    CAPTURE(file);
+    CHECK(file.find('/') == std::string::npos);
+    CHECK(file.find('\0') == std::string::npos);
+    CHECK(file[0] != '.');
+  }
+  CHECK(file_name_for("a/b", "") != file_name_for("a%2Fb", ""));  // '%' itself is escaped
+  CHECK(file_name_for("", "") != file_name_for("%", ""));
+  const Error e = test::error_of([] { (void)file_name_for(std::string(300, 'y'), ".npy"); });
+  CHECK(e.message().find("at most 200") != std::string::npos);
+}
+
+TEST_CASE("reads are bounded: directories and devices refused, regular files sized first") {
+  const Error dir = test::error_of([] { (void)read_file("/", ReadLimits{1 << 20, true}, "graph file", {}); });
+  CHECK(dir.kind() == ErrorKind::io);
+  CHECK(dir.message().find("this path is a directory") != std::string::npos);
+  const Error device = test::error_of([] { (void)read_file("/dev/zero", ReadLimits{1 << 20, true}, "graph file", {}); });
+  CHECK(device.kind() == ErrorKind::io);
+  CHECK(device.message().find("not a regular file") != std::string::npos);
+  CHECK(test::error_of([] { (void)read_file("/nonexistent/x", ReadLimits{1 << 20, false}, "plan file", {}); }).kind() == ErrorKind::io);
+  const std::string path = "/tmp/tec_core_test_" + std::to_string(::getpid());
+  write_text_file(path, std::string(1000, 'x'));
+  CHECK(read_file(path, ReadLimits{1000, false}, "file", {}).size() == 1000);
+  const Error big = test::error_of([&] { (void)read_file(path, ReadLimits{999, false}, "graph file", {}); });
+  CHECK(big.kind() == ErrorKind::invalid_input);
+  CHECK(big.message().find("over the limit of 999") != std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("runtime scalars: one table of valid values") {
+  CHECK_FALSE(runtime_scalar_error("optimizer.lr", 0.0f).has_value());
+  CHECK_FALSE(runtime_scalar_error("optimizer.beta2", 0.999f).has_value());
+  CHECK(runtime_scalar_error("optimizer.beta2", 0.99999999f).has_value());  // rounds to 1.0f: NaN in bias correction
+  CHECK(runtime_scalar_error("optimizer.lr", std::nanf("")).has_value());
+  CHECK(*runtime_scalar_error("optimizer.step", -1.0f) ==
+        "optimizer.step (AdamW's step count, counted in fp32 (exact below 2^24)) must be a whole number in [0, 16777215], got -1");
+  CHECK(*runtime_scalar_error("first_microbatch", 0.5f) ==
+        "first_microbatch (1 remakes the weights' copies from the masters, 0 reuses them (TE's is_first_microbatch)) must be 0 or 1, got 0.5");
+  CHECK(runtime_scalar_error("optimizer.eps", 0.0f).has_value());
+  CHECK_FALSE(runtime_scalar_error("not.a.scalar", 1e30f).has_value());  // the plan reader refuses unknown names itself
 }
 
 }  // namespace tec

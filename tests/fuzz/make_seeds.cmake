@@ -43,6 +43,10 @@ execute_process(COMMAND ${TE_RUN} ${OUT}/plan_container/mlp_tiny_bf16.teplan --b
 if(NOT rc EQUAL 0 OR NOT rc2 EQUAL 0)
   message(FATAL_ERROR "making the manifest or npy seeds failed")
 endif()
+# Every manifest regression (buffers over live ones, outputs in the constants: issue 51) seeds
+# the manifest fuzzer too.
+file(GLOB manifest_regressions ${SOURCE_DIR}/tests/fuzz/regressions/*.manifest)
+file(COPY ${manifest_regressions} DESTINATION ${OUT}/plan_manifest)
 # ONNX: small generated models (the exported examples are too large to mutate quickly) and
 # every ONNX regression.
 file(GLOB onnx_regressions ${SOURCE_DIR}/tests/fuzz/regressions/*.onnx)

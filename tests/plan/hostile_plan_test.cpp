@@ -421,4 +421,33 @@ TEST_CASE("ops whose shapes do not fit their inputs are caught before the refere
         std::string::npos);
 }
 
+// Issue 51: a manifest rewritten with its checksum recomputed moved ln.data over x.data (the
+// CPU reference ran to NaN with exit 0) and an output into the constants (an internal error at
+// run time). The reader refuses both, and the rest of their class (plan/layout_check.h).
+TEST_CASE("crafted buffer layouts are refused at load: overlap while live, wrong regions, lifetimes") {
+  auto index_of = [](const nlohmann::json& m, const std::string& name) {
+    const auto& buffers = m["profiles"][0]["buffers"];
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i]["name"] == name) return i;
+    FAIL("no buffer " << name);
+    return size_t{0};
+  };
+  const nlohmann::json& m0 = valid_plan().manifest;
+  const size_t ln = index_of(m0, "ln.data"), x = index_of(m0, "x.data"), y = index_of(m0, "y.data");
+  const std::string overlap = manifest_error([&](nlohmann::json& m) { m["profiles"][0]["buffers"][ln]["offset"] = 256; });
+  CHECK(overlap.find("'ln.data'") != std::string::npos);
+  CHECK(overlap.find("share bytes while both are live") != std::string::npos);
+  CHECK(manifest_error([&](nlohmann::json& m) { m["profiles"][0]["buffers"][y]["region"] = "constants"; }).find("cannot live in") !=
+        std::string::npos);
+  CHECK(manifest_error([&](nlohmann::json& m) { m["profiles"][0]["buffers"][x]["region"] = "scratch"; }).find("input 'x'") !=
+        std::string::npos);
+  CHECK(manifest_error([&](nlohmann::json& m) { m["profiles"][0]["buffers"][ln]["lifetime"] = {0, 1000}; })
+            .find("lives outside the profile's steps") != std::string::npos);
+  // Two constants over each other (a weight read from another's bytes) are refused as well.
+  const size_t w1 = index_of(m0, "fc1.weight.data"), w2 = index_of(m0, "fc2.weight.data");
+  CHECK(manifest_error([&](nlohmann::json& m) { m["profiles"][0]["buffers"][w2]["offset"] = m["profiles"][0]["buffers"][w1]["offset"]; })
+            .find("share bytes") != std::string::npos);
+}
+
 }  // namespace tec
+

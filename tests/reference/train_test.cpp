@@ -5,6 +5,7 @@
 // The fp64 oracle: tests/fp64_train.h.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include <set>
 
 #include "compiler.h"
+#include "core/hash.h"
 #include "fp64_train.h"
 #include "plan/file.h"
 #include "reference/executor.h"
@@ -540,6 +542,25 @@ TEST_CASE("adamw: the plan updates masters like an fp64 AdamW, and a restored se
   CHECK(nan.code == 2);
   CHECK(nan.message.find("must be a finite float") != std::string::npos);
   CHECK(s.set_scalar("no.such", 1).message.find("has no runtime scalar 'no.such'") != std::string::npos);
+  // Issue 51: values that make every weight NaN are refused where they are set, by one table
+  // (ir/runtime_scalars.h), whether through set_scalar or a restored state.
+  const Status beta1 = s.set_scalar("optimizer.beta1", 1.0);
+  CHECK(beta1.code == 2);
+  CHECK(beta1.message.find("optimizer.beta1 (AdamW's first-moment decay) must be in [0, 1), got 1") != std::string::npos);
+  CHECK(s.set_scalar("optimizer.step", -1).code == 2);
+  CHECK(s.set_scalar("optimizer.eps", 0).code == 2);
+  std::vector<uint8_t> crafted = s.state().value();
+  const std::string name = "optimizer.beta1";
+  const auto at = std::search(crafted.begin(), crafted.end(), name.begin(), name.end());
+  REQUIRE(at != crafted.end());
+  const float one = 1.0f;
+  std::memcpy(&*(at + static_cast<long>(name.size() + 8)), &one, 4);  // the name, its u64 size, then the value
+  const uint64_t sum = checksum64(std::span(crafted.data(), crafted.size() - 8));
+  std::memcpy(crafted.data() + crafted.size() - 8, &sum, 8);
+  const Status restored_bad = s.set_state(crafted);
+  CHECK(restored_bad.code == 3);
+  CHECK(restored_bad.message.find("optimizer.beta1") != std::string::npos);
+  CHECK(s.run().ok());  // the refused state changed nothing
   std::filesystem::remove(plan_path);
 }
 
@@ -612,7 +633,7 @@ TEST_CASE("hostile train plans: clear errors from the reader and the executor") 
         blob.bytes = Bytes(std::move(bytes));
       }
     const Error e = test::error_of([&] { (void)plan::Plan::load(plan::serialize_plan(m, blobs), "hostile.teplan"); });
-    CHECK(std::string(e.message()).find("runtime scalar 'optimizer.lr' starts at nan") != std::string::npos);
+    CHECK(std::string(e.message()).find("its starting value: optimizer.lr (the learning rate) must be in [0, 1000], got nan") != std::string::npos);
   }
   // A backward op whose forward is gone.
   CHECK(load_error([&](nlohmann::json& m) {

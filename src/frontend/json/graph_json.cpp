@@ -21,7 +21,7 @@ struct Where {
   const std::string& file;
   std::string pointer;
 
-  Where operator/(const std::string& key) const { return {file, pointer + "/" + key}; }
+  Where operator/(const std::string& key) const { return {file, pointer + "/" + text_excerpt(key)}; }
   Where operator/(size_t index) const { return {file, pointer + "/" + std::to_string(index)}; }
   ErrorContext context(std::string node = "", std::string op = "") const {
     return ErrorContext{"json", std::move(node), std::move(op), file + " " + (pointer.empty() ? "/" : pointer)};
@@ -36,7 +36,7 @@ void require_keys(const json& obj, const Where& at, std::initializer_list<const 
     if (!known) {
       std::string list;
       for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
-      TEC_USER_ERROR((at / key).context()) << "unknown field '" << key << "'; expected one of: " << list;
+      TEC_USER_ERROR((at / key).context()) << "unknown field '" << text_excerpt(key) << "'; expected one of: " << list;
     }
   }
 }

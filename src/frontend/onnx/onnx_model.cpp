@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/shape.h"
 #include "core/file_io.h"
+#include "core/json_text.h"
 #include "reference/convert.h"
 
 namespace tec::onnx {
@@ -21,6 +22,13 @@ namespace fs = std::filesystem;
 
 ErrorContext at(const std::string& file, const std::string& where, std::string node = "", std::string op = "") {
   return ErrorContext{"onnx", std::move(node), std::move(op), file + (where.empty() ? "" : " " + where)};
+}
+
+// Names reach every error line, and the file system through --save-outputs: bounded here.
+const std::string& bounded(const std::string& name, const std::string& file, const char* what) {
+  TEC_USER_CHECK(name.size() <= kMaxStringBytes, at(file, what, text_excerpt(name)))
+      << "a name of " << name.size() << " bytes; names are at most " << kMaxStringBytes;
+  return name;
 }
 
 // Bytes per element in raw_data; 0 for types tec does not read.
@@ -192,7 +200,7 @@ Tensor read_tensor(const ::onnx::TensorProto& t, const std::string& base_dir, co
 
 ValueInfo read_value_info(const ::onnx::ValueInfoProto& v, const ErrorContext& ctx) {
   ValueInfo out;
-  out.name = v.name();
+  out.name = bounded(v.name(), ctx.location, "a graph input or output");
   TEC_USER_CHECK(!out.name.empty(), ctx) << "a graph input or output has no name";
   const ErrorContext vctx{ctx.stage, out.name, "", ctx.location};
   if (!v.type().has_tensor_type()) {
@@ -312,15 +320,32 @@ Model parse_model(const uint8_t* data, size_t size, const std::string& display_n
   TEC_USER_CHECK(static_cast<size_t>(g.node_size()) <= kMaxNodes, file_ctx)
       << g.node_size() << " nodes exceed tec's limit of " << kMaxNodes;
   for (const auto& t : g.initializer()) {
-    const ErrorContext ctx = at(display_name, "initializer '" + t.name() + "'", t.name());
+    const ErrorContext ctx = at(display_name, "initializer '" + bounded(t.name(), display_name, "an initializer") + "'", t.name());
     TEC_USER_CHECK(!t.name().empty(), ctx) << "an initializer has no name";
     TEC_USER_CHECK(!m.initializers.count(t.name()), ctx) << "initializer '" << t.name() << "' is defined twice";
     m.initializers.emplace(t.name(), read_tensor(t, base_dir, ctx));
   }
   TEC_UNSUPPORTED_CHECK(g.sparse_initializer_size() == 0, file_ctx) << "sparse initializers are not supported";
   for (int i = 0; i < g.input_size(); ++i) {
-    ValueInfo v = read_value_info(g.input(i), at(display_name, "graph input " + std::to_string(i)));
-    if (!m.initializers.count(v.name)) m.inputs.push_back(std::move(v));  // IR < 4 lists initializers as inputs
+    const ErrorContext ctx = at(display_name, "graph input " + std::to_string(i));
+    ValueInfo v = read_value_info(g.input(i), ctx);
+    const auto init = m.initializers.find(v.name);
+    if (init == m.initializers.end()) {
+      m.inputs.push_back(std::move(v));
+      continue;
+    }
+    // An initializer also listed as an input (IR < 4 lists them all; later IRs make it an
+    // overridable default, which tec keeps constant): the two must describe one tensor, as
+    // onnxruntime requires.
+    const Tensor& t = init->second;
+    bool same = (v.elem_type <= 0 || v.elem_type == t.elem_type) && (!v.has_shape || v.dims.size() == t.dims.size());
+    for (size_t d = 0; same && v.has_shape && d < v.dims.size(); ++d) same = v.dims[d].value < 1 || v.dims[d].value == t.dims[d];
+    std::string declared;
+    for (const Dim& d : v.dims) declared += (declared.empty() ? "" : ", ") + (d.value >= 1 ? std::to_string(d.value) : d.param);
+    TEC_USER_CHECK(same, (ErrorContext{ctx.stage, v.name, "", ctx.location}))
+        << "graph input '" << v.name << "' is also an initializer, of type " << elem_type_name(t.elem_type) << " and shape "
+        << Shape{t.dims}.str() << ", but the input declares type " << elem_type_name(v.elem_type) << " and shape ["
+        << (v.has_shape ? declared : "?") << "]";
   }
   for (int i = 0; i < g.output_size(); ++i)
     m.outputs.push_back(read_value_info(g.output(i), at(display_name, "graph output " + std::to_string(i))));
@@ -329,13 +354,13 @@ Model parse_model(const uint8_t* data, size_t size, const std::string& display_n
     const auto& n = g.node(i);
     Node node;
     node.index = i;
-    node.op_type = n.op_type();
-    node.name = n.name().empty() ? node.op_type + "_" + std::to_string(i) : n.name();
+    node.op_type = bounded(n.op_type(), display_name, "a node's op_type");
+    node.name = n.name().empty() ? node.op_type + "_" + std::to_string(i) : bounded(n.name(), display_name, "a node's name");
     node.domain = n.domain() == "ai.onnx" ? "" : n.domain();
     const ErrorContext ctx = at(display_name, "node " + std::to_string(i), node.name, node.op_type);
     TEC_USER_CHECK(!node.op_type.empty(), ctx) << "node has no op_type";
-    node.inputs.assign(n.input().begin(), n.input().end());
-    node.outputs.assign(n.output().begin(), n.output().end());
+    for (const auto& in : n.input()) node.inputs.push_back(bounded(in, display_name, "a node's input"));
+    for (const auto& out : n.output()) node.outputs.push_back(bounded(out, display_name, "a node's output"));
     for (const auto& a : n.attribute()) {
       TEC_USER_CHECK(!node.attrs.count(a.name()), ctx) << "attribute '" << a.name() << "' is given twice";
       TEC_UNSUPPORTED_CHECK(a.ref_attr_name().empty(), ctx) << "attribute references (functions) are not supported";

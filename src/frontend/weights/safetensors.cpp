@@ -48,10 +48,13 @@ SafetensorsIndex read_safetensors_index(const std::string& path) {
   const int64_t data_start = 8 + static_cast<int64_t>(header_size);
   const int64_t data_size = index.file_size - data_start;
 
-  const nlohmann::json doc = parse_json_text(header, file_context(path));
+  // Metadata values may be long (some tools store a whole config there); names may not.
+  const nlohmann::json doc = parse_json_text(header, file_context(path), kMaxHeaderBytes);
   TEC_USER_CHECK(doc.is_object(), file_context(path)) << "safetensors header is not a JSON object";
   for (const auto& [name, entry] : doc.items()) {
     if (name == "__metadata__") continue;
+    TEC_USER_CHECK(name.size() <= kMaxStringBytes, file_context(path))
+        << "tensor name '" << text_excerpt(name) << "' is " << name.size() << " bytes; the limit is " << kMaxStringBytes;
     ErrorContext ctx = file_context(path);
     ctx.node = name;
     TEC_USER_CHECK(entry.is_object() && entry.contains("dtype") && entry.contains("shape") &&
