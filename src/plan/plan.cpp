@@ -760,6 +760,18 @@ Profile parse_profile(const json& j, const std::string& path, const std::string&
       p.tp_layouts[tensor] = parsed;
     }
   }
+  // Over several ranks every input has a layout, and so does every output but the gradient a
+  // rank writes for its own weight shard ("<weight>.grad", autodiff's name): without one an
+  // output is read rank by rank instead of joined.
+  if (plan.tp_size > 1) {
+    for (const auto& name : p.inputs)
+      TEC_USER_CHECK(p.tp_layouts.count(name), r.ctx("tp_layouts")) << "input '" << name << "' has no layout over the ranks";
+    for (const auto& name : p.outputs) {
+      const bool weight_gradient = name.ends_with(".grad") && p.tensors.count(name.substr(0, name.size() - 5));
+      TEC_USER_CHECK(p.tp_layouts.count(name) || weight_gradient, r.ctx("tp_layouts"))
+          << "output '" << name << "' has no layout over the ranks";
+    }
+  }
   {
     const Reader gpu(r.field("gpu"), path + "/gpu", file);
     TEC_USER_CHECK(gpu.field("supported").is_boolean(), gpu.ctx("supported")) << "expected a boolean";
