@@ -3,10 +3,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <functional>
-#include <thread>
 
+#include "core/file_io.h"
 #include "core/hash.h"
 
 namespace tec {
@@ -35,23 +33,14 @@ void cache_write(const std::string& dir, const std::string& file, std::span<cons
   if (dir.empty()) return;
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const fs::path path = fs::path(dir) / file;
-  // Unique per process and thread: concurrent te-compiles may fill the same entry.
-  const fs::path tmp = path.string() + ".tmp." + std::to_string(::getpid()) + "." +
-                       std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    const uint64_t sum = checksum64(bytes);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
-    out.write(reinterpret_cast<const char*>(&sum), sizeof sum);
-    if (!out) {
-      out.close();
-      fs::remove(tmp, ec);
-      return;
-    }
+  const uint64_t sum = checksum64(bytes);
+  const std::span<const uint8_t> pieces[] = {bytes, std::span(reinterpret_cast<const uint8_t*>(&sum), sizeof sum)};
+  try {
+    // A temporary file unique per write, renamed (and removed on a signal): concurrent
+    // te-compiles may fill the same entry.
+    write_file_atomically((fs::path(dir) / file).string(), pieces);
+  } catch (const Error&) {
   }
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
 }
 
 }  // namespace tec
