@@ -42,7 +42,8 @@ std::vector<NamedTensor> read_inputs(const plan::Plan& plan, const plan::Profile
 void save_outputs(const std::string& dir, const std::vector<NamedTensor>& tensors) {
   std::vector<std::string> files;
   std::set<std::string> taken;
-  for (const auto& [name, tensor] : tensors) {
+  for (const NamedTensor& named : tensors) {
+    const std::string& name = named.first;
     files.push_back(with_context(ErrorContext{"te-run", name, "", "--save-outputs"}, [&] { return file_name_for(name, ".npy"); }));
     TEC_INTERNAL_CHECK(taken.insert(files.back()).second, {}) << "two outputs map to the file name " << files.back();
   }
