@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::fwrite(data, 1, size, f);
   std::fclose(f);
   try {
-    (void)tec::read_npy(path);
+    (void)tec::read_npy(path, uint64_t{1} << 24);  // te-run passes the input's own size
   } catch (const tec::Error&) {
   }
   return 0;
