@@ -39,7 +39,9 @@ bool foldable(const std::string& op) {
                                             "MatMul", "Cos", "Sin", "Trilu",
                                             // torch.onnx's expand(): Where(Equal(shape, -1), ones, shape),
                                             // the ones a ConstantOfShape (Hugging Face's repeat_kv).
-                                            "ConstantOfShape", "Equal", "Where"};
+                                            "ConstantOfShape", "Equal", "Where",
+                                            // an exporter's mask.expand(batch, 1, S, S) of a constant mask
+                                            "Expand"};
   return ops.count(op) != 0;
 }
 
@@ -433,6 +435,21 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     const auto count = static_cast<size_t>(Shape(dims).numel());
     if (value.is_float()) t.floats.assign(count, value.floats.at(0));
     else t.ints.assign(count, value.ints.at(0));
+    return one(std::move(t));
+  }
+  if (op == "Expand") {  // ONNX's Expand broadcasts both ways: numpy's broadcast of the input and the shape
+    const Tensor& x = require(0);
+    std::vector<int64_t> dims = as_ints(require(1));
+    for (int64_t d : dims) TEC_USER_CHECK(d >= 0, {}) << "Expand to a negative dim " << d;
+    const Shape shape = broadcast_shape_checked(Shape(x.dims), Shape(dims), {});
+    check_folded_size(shape, {&x});
+    Tensor t;
+    t.elem_type = x.elem_type;
+    t.dims = shape.dims;
+    for (size_t from : broadcast_index(Shape(x.dims), shape)) {
+      if (x.is_float()) t.floats.push_back(x.floats.at(from));
+      else t.ints.push_back(x.ints.at(from));
+    }
     return one(std::move(t));
   }
   if (op == "Equal" || op == "Where") {  // broadcast elementwise over every input

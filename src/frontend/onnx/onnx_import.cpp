@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "frontend/onnx/onnx_canonical.h"
 #include "frontend/onnx/onnx_fold.h"
 #include "ops/common.h"
 
@@ -56,16 +57,18 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Attention", 23, 3, 7, {}, "3-D Q, K, V [batch, seq, heads x head_size] with q_num_heads and kv_num_heads, or 4-D [batch, heads, "
                            "seq, head_size] (MHA, GQA, MQA; self or cross; V's head size may differ), is_causal, scale, a float "
                            "attn_mask (added to the scores). Not yet: a boolean attn_mask, past key/value, nonpad_kv_seqlen, "
-                           "softcap, windows, the extra outputs. On the GPU through cuDNN for bf16 and fp16 models (fp32 runs on the CPU "
-                           "reference)"},
+                           "softcap, windows, the extra outputs. On the GPU through cuDNN in bf16 or fp16 (an fp32 model's inference "
+                           "plan casts q, k and v to bf16 and the output back, the CPU reference alike)"},
     {"Slice", 13, 3, 5, {1, 2, 3, 4}, "only as rotate_half in the rotary embedding exporters write for Hugging Face's "
                         "apply_rotary_pos_emb: x cos + cat(-x[..., D/2:], x[..., :D/2]) sin, the cos and sin tables "
                         "constants of the positions 0..S-1 -> tec's rope (half style; theta found from the tables)"},
     {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
                          "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
-                         "attention (a constant causal mask becomes its causal flag)"},
-    {"Expand", 13, 2, 2, {1}, "only in Hugging Face's repeat_kv before attention's spelling: Reshape(Expand(Unsqueeze(k, 2), "
-                        "[B, KVH, n, S, D]), [B, KVH x n, S, D]) of the keys and values -> tec's attention with kv_heads = KVH (GQA)"},
+                         "attention (a constant causal mask becomes its causal flag; k^T written through a 3-D view, or as one "
+                         "Transpose [0, 2, 3, 1] of the head split, is read as the same)"},
+    {"Expand", 13, 2, 2, {1}, "in Hugging Face's repeat_kv before attention's spelling: Reshape(Expand(Unsqueeze(k, 2), "
+                        "[B, KVH, n, S, D]), [B, KVH x n, S, D]) of the keys and values -> tec's attention with kv_heads = KVH (GQA); "
+                        "or where it computes a constant (a causal mask expanded to the batch)"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -159,6 +162,7 @@ class Importer {
     order_nodes();
     check_claims();
     if (malformed_) throw_problems();
+    canonicalize();
     skip_noop_casts();
     find_constants();
     fold_known_constants();
@@ -169,7 +173,14 @@ class Importer {
     OnnxImport result;
     for (const auto& profile : profiles()) result.graphs.push_back(build(profile));
     throw_problems();
-    for (const onnx::Node& n : nodes_) result.nodes.push_back({n.name, n.op_type, became_[static_cast<size_t>(n.index)]});
+    for (const onnx::Node& n : nodes_) {
+      std::string became = became_[static_cast<size_t>(n.index)];
+      if (const auto note = canonical_notes_.find(n.index); note != canonical_notes_.end())
+        became += " [canonical form: " + note->second + "]";
+      // The op the model wrote, where a rewrite changed it (m_ holds the file's nodes).
+      const std::string& op = static_cast<size_t>(n.index) < m_.nodes.size() ? m_.nodes[static_cast<size_t>(n.index)].op_type : n.op_type;
+      result.nodes.push_back({n.name, op, became});
+    }
     return result;
   }
 
@@ -254,6 +265,18 @@ class Importer {
     TEC_USER_ERROR(node_ctx(node(at))) << "the graph has a cycle: " << cycle;
   }
 
+  // Exporters' other spellings of what the patterns look for, rewritten first
+  // (onnx_canonical.h); the graph is indexed and ordered again around the rewritten nodes.
+  void canonicalize() {
+    canonical_notes_ = onnx::canonicalize(nodes_, m_.initializers, m_.inputs, outputs_);
+    if (canonical_notes_.empty()) return;
+    producer_.clear();
+    consumers_.clear();
+    order_.clear();
+    index_values();
+    order_nodes();
+  }
+
   // The element type of every value the structure tells it for (-1 elsewhere), in topological
   // order, for the Casts below.
   std::map<std::string, int32_t> elem_types() const {
@@ -294,7 +317,13 @@ class Importer {
       onnx::Node& n = nodes_[static_cast<size_t>(i)];
       for (auto& in : n.inputs)
         if (alias.count(in)) in = alias.at(in);
-      if (n.op_type != "Cast" || !n.domain.empty() || outputs_.count(n.outputs[0])) continue;
+      if (!n.domain.empty() || outputs_.count(n.outputs[0])) continue;
+      if (n.op_type == "Identity") {  // (the canonical rewrites leave these where data stays put)
+        noop_cast_[static_cast<size_t>(i)] = true;
+        alias[n.outputs[0]] = n.inputs[0];
+        continue;
+      }
+      if (n.op_type != "Cast") continue;
       const auto it = type.find(n.inputs[0]);
       if (it == type.end()) continue;
       const int32_t to = static_cast<int32_t>(attr_int(n, "to", -1));
@@ -721,9 +750,17 @@ class Importer {
       const std::string up_out = node(mul).inputs[static_cast<size_t>(1 - order)];
       const int act_node = producer_of(act_out);
       if (act_node < 0 || !internal(act_out) || !internal(up_out)) continue;
+      // The activation: a silu or tanh-GELU pattern, or ONNX's own Gelu (opset 20) with
+      // approximate "tanh", as the dynamo exporter writes Gemma's gelu_pytorch_tanh.
       const int gid = group_of_[static_cast<size_t>(act_node)];
-      if (gid < 0 || groups_[static_cast<size_t>(gid)].root != act_node) continue;
-      const Group& act = groups_[static_cast<size_t>(gid)];
+      Group act;
+      if (gid >= 0 && groups_[static_cast<size_t>(gid)].root == act_node)
+        act = groups_[static_cast<size_t>(gid)];
+      else if (is_op(act_node, "Gelu") && attr_string(node(act_node), "approximate", "none") == "tanh")
+        act = Group{.kind = Group::Kind::gelu, .members = {act_node}, .root = act_node, .x = node(act_node).inputs[0],
+                    .approximate = "tanh"};
+      else
+        continue;
       const bool silu = act.kind == Group::Kind::silu;
       if (!silu && !(act.kind == Group::Kind::gelu && act.approximate == "tanh")) continue;
       const auto gate = projection_of(act.x), up = projection_of(up_out);
@@ -748,9 +785,11 @@ class Importer {
       g.act = silu ? "swiglu" : "geglu";
       g.describe = std::string(silu ? "gated SwiGLU" : "gated GEGLU") + " (two projections + " + (silu ? "silu" : "gelu") +
                    " * up) -> linear with the weights concatenated, then " + g.act;
-      for (int mbr : act.members) group_of_[static_cast<size_t>(mbr)] = -1;
-      groups_[static_cast<size_t>(gid)].members.clear();  // absorbed
-      groups_[static_cast<size_t>(gid)].root = -1;
+      if (gid >= 0) {
+        for (int mbr : act.members) group_of_[static_cast<size_t>(mbr)] = -1;
+        groups_[static_cast<size_t>(gid)].members.clear();  // absorbed
+        groups_[static_cast<size_t>(gid)].root = -1;
+      }
       add_group(std::move(g));
       return;
     }
@@ -1545,13 +1584,15 @@ class Importer {
   // there for any score below 9000, as a masked key's weight is).
   static bool is_causal_mask(const Tensor& m, int64_t seq, int64_t seq_kv) {
     if (m.dims.size() < 2 || seq != seq_kv || m.dims[m.dims.size() - 1] != seq || m.dims[m.dims.size() - 2] != seq) return false;
-    for (size_t d = 0; d + 2 < m.dims.size(); ++d)
-      if (m.dims[d] != 1) return false;
-    for (int64_t i = 0; i < seq; ++i)
-      for (int64_t j = 0; j < seq; ++j) {
-        const double v = m.at(static_cast<size_t>(i * seq + j));
-        if (j <= i ? v != 0.0 : !(v <= -1e4)) return false;
-      }
+    // Leading dims (batch, heads) may repeat the [S, S] mask, as a mask expanded to the batch
+    // does: every copy must be the causal one.
+    const int64_t copies = m.numel() / (seq * seq);
+    for (int64_t c = 0; c < copies; ++c)
+      for (int64_t i = 0; i < seq; ++i)
+        for (int64_t j = 0; j < seq; ++j) {
+          const double v = m.at(static_cast<size_t>((c * seq + i) * seq + j));
+          if (j <= i ? v != 0.0 : !(v <= -1e4)) return false;
+        }
     return true;
   }
 
@@ -1587,17 +1628,22 @@ class Importer {
     TEC_UNSUPPORTED_CHECK(table_fits(cos) && table_fits(sin) && cos.is_float() && sin.is_float(), ctx)
         << "the rotary embedding's cos and sin tables must be [seq, head_dim] = [" << seq << ", " << d
         << "] (leading dims 1), one row per position";
-    // Pair 1's frequency theta^(-2/D) is the angle of position 1; then, closer, the angle of the
-    // last position p whose angle stays below 3 (a bf16 table's error of ~2^-9 over p x the
-    // frequency: theta = frequency^(-D/2) magnifies it D/2 times, 7% at D = 32 from position 1).
-    double frequency = seq > 1 ? std::atan2(sin.at(static_cast<size_t>(d + 1)), cos.at(static_cast<size_t>(d + 1))) : 0.0;
+    // The lowest frequency, pair half - 1's theta^(-2 (half - 1) / D), from the angle of the
+    // last position p whose angle stays below 3 radians: theta is that frequency to the power
+    // -D / (2 (half - 1)), about -1, so a table's error (~2^-9 of an entry in bf16) stays ~2^-9
+    // of theta. (Pair 1's angle would magnify it D / 2 times: 30% at D = 128 from a bf16 table.)
+    const int64_t slow = half - 1;
+    const auto angle_at = [&](int64_t p) {
+      return std::atan2(sin.at(static_cast<size_t>(p * d + slow)), cos.at(static_cast<size_t>(p * d + slow)));
+    };
+    double frequency = seq > 1 ? angle_at(1) : 0.0;
     TEC_UNSUPPORTED_CHECK(seq > 1 && frequency > 0.0 && frequency < 1.0, ctx)
         << "the rotary embedding's tables give no frequency to find theta from (need two positions or more)";
     if (const int64_t p = std::min<int64_t>(seq - 1, static_cast<int64_t>(3.0 / frequency)); p > 1) {
-      const double angle = std::atan2(sin.at(static_cast<size_t>(p * d + 1)), cos.at(static_cast<size_t>(p * d + 1)));
+      const double angle = angle_at(p);
       if (angle > 0.0) frequency = angle / static_cast<double>(p);
     }
-    const double estimate = std::pow(frequency, -static_cast<double>(d) / 2.0);
+    const double estimate = std::pow(frequency, -static_cast<double>(d) / (2.0 * static_cast<double>(slow)));
     // Tables of float precision give theta to about 1e-6 of itself, a bf16 model's to a few
     // percent: the model's theta is the first of the estimate rounded to 6, 3, 2 or 1
     // significant digits (10000, 500000), or the estimate itself, whose tables agree with every
@@ -2171,7 +2217,9 @@ class Importer {
         }
         if (noop_cast_[static_cast<size_t>(i)]) {
           became_[static_cast<size_t>(i)] =
-              "nothing: a Cast to the type its input already has, or a round trip through FLOAT back to it (its readers read the input)";
+              n.op_type == "Identity" ? "nothing: an Identity (its readers read its input)"
+                                      : "nothing: a Cast to the type its input already has, or a round trip through FLOAT back to it "
+                                        "(its readers read the input)";
           continue;
         }
         if (gid >= 0) {
@@ -2274,7 +2322,8 @@ class Importer {
   const onnx::Model& m_;
   const FrontendOptions& opt_;
   std::vector<onnx::Node> nodes_;  // m_'s nodes, with readers of a no-op Cast reading its input
-  std::vector<bool> noop_cast_;    // per node: a Cast to the type its input already has
+  std::vector<bool> noop_cast_;    // per node: an Identity, or a Cast to the type its input already has
+  std::map<int, std::string> canonical_notes_;  // per node index: what canonicalize() rewrote, for the report
   std::map<std::string, int32_t> types_;  // element types the structure tells (elem_types)
   std::vector<std::vector<std::string>> emitted_;  // per ONNX node, the tec nodes it became (build)
   std::map<std::string, int> producer_;
