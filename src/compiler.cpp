@@ -138,6 +138,8 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
   if (stop_after("apply_recipe")) return result;
   run.graph_pass("meta", meta);
   if (stop_after("meta")) return result;
+  run.graph_pass("attention_in_16_bits", attention_in_16_bits);
+  if (stop_after("attention_in_16_bits")) return result;
   run.graph_pass("usage", usage);
   if (stop_after("usage")) return result;
   run.step("autodiff", [&] { each([&](CompiledProfile& p) { p.graph = autodiff(std::move(p.graph), options.train); }); });

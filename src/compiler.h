@@ -16,8 +16,9 @@
 namespace tec {
 
 // The steps in pipeline order; --dump-after takes one of these names.
-inline const std::vector<std::string> kPassNames = {"frontend", "tensor_parallel", "apply_recipe", "meta",    "usage", "autodiff",
-                                                    "fusion",   "schedule",        "lower",        "memory_plan", "codegen", "plan"};
+inline const std::vector<std::string> kPassNames = {"frontend", "tensor_parallel", "apply_recipe", "meta",     "attention_in_16_bits",
+                                                    "usage",    "autodiff",        "fusion",       "schedule", "lower",
+                                                    "memory_plan", "codegen",      "plan"};
 // Passes --disable-pass may turn off.
 inline const std::vector<std::string> kOptionalPasses = {"fusion"};
 

@@ -783,6 +783,9 @@ class StepLowering {
     Launch l;
     l.kind = Launch::Kind::attention;
     l.step = index_;
+    if (const NodeId from = q.producer; from >= 0 && g_.node(from).op == "cast" && g_.value(g_.node(from).inputs.at(0)).proto.dtype == DType::fp32)
+      step_.fusions.push_back("gpu: attention '" + n.name + "' reads bf16 copies of the model's fp32 q, k and v and its output is cast "
+                              "back to fp32 (cuDNN's SDPA takes 16-bit operands; the CPU reference runs the same casts)");
     if (g_.recipe.kind != RecipeKind::bf16)
       step_.fusions.push_back("gpu: attention '" + n.name + "' runs in " + std::string(to_string(a.dtype)) + " through cuDNN's SDPA under " +
                               std::string(to_string(g_.recipe.kind)) +

@@ -23,6 +23,10 @@ Graph apply_recipe(Graph graph);
 // value's TensorProto, the saved tensors and their aliases, workspaces and gradients.
 Graph meta(Graph graph);
 
+// Inference: an attention over fp32 q, k, v reads bf16 casts of them and writes bf16, cast
+// back to fp32 (cuDNN's SDPA takes 16-bit operands); the CPU reference runs the same casts.
+Graph attention_in_16_bits(Graph graph);
+
 // Decides rowwise/columnwise usage of every quantized tensor from who reads it, then checks
 // that every buffer of every tensor is valid for its format (LAYOUTS.md).
 Graph usage(Graph graph);
