@@ -190,6 +190,61 @@ TEST_CASE("every exported model of the corpus becomes TE ops, and has GPU code u
   CHECK(models >= 21);
 }
 
+// transformers' own decoder layers (tests/onnx/export_hf.py: Llama, Qwen2, Gemma, BERT; sdpa
+// and eager attention; the dynamo and the legacy exporter): whatever spelling the exporter
+// chose, the layer becomes tec's ops, attention included, with GPU code under every recipe
+// (an fp32 model's attention reads bf16 casts).
+TEST_CASE("every decoder layer of the Hugging Face corpus becomes TE ops, and has GPU code under every recipe") {
+  const std::string folder = test::source_dir() + "/tests/onnx/hf_corpus";
+  const auto manifest = nlohmann::json::parse(test::read_text(folder + "/manifest.json"));
+  int layers = 0;
+  std::set<std::string> canonical_forms;
+  for (const auto& [file, m] : manifest["models"].items()) {
+    if (!m.contains("file") || file.find("_layer.") == std::string::npos) continue;
+    ++layers;
+    const std::string family = file.substr(0, file.find('_'));
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::fp8_block,
+                              RecipeKind::mxfp8, RecipeKind::nvfp4}) {
+      CAPTURE(file);
+      CAPTURE(to_string(recipe));
+      const CompileResult r = compile_model(folder + "/" + file, recipe, "lower");
+      std::multiset<std::string> ops;
+      for (const Node& n : r.profiles.at(0).graph.nodes) {
+        ops.insert(n.op);
+        if (n.op == "cast") {
+          const bool attention_cast = n.name.find(".bf16") != std::string::npos || n.name.find(".to_fp32") != std::string::npos;
+          CHECK_MESSAGE(attention_cast, n.name);
+        }
+        if (n.op != "attention") continue;
+        CHECK(n.attrs.get_bool("causal", false) == (family != "bert"));
+        CHECK(n.attrs.get_int("heads", 0) == 4);
+        const int64_t kv_heads = n.attrs.get_int("kv_heads", 0) == 0 ? 4 : n.attrs.get_int("kv_heads", 0);
+        CHECK(kv_heads == (family == "bert" ? 4 : family == "gemma" ? 1 : 2));
+      }
+      for (const std::string general : {"binary", "unary", "reduce_mean", "matmul", "transpose", "reshape"})
+        CHECK_MESSAGE(ops.count(general) == 0, "a leftover '" << general << "' op");
+      CHECK_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+      CHECK(ops.count("attention") == 1);
+      CHECK(ops.count("cast") == 4);  // q, k, v to bf16, the output back to fp32
+      CHECK(ops.count("add") == 2);   // the two residuals
+      CHECK(ops.count("linear") == 6);
+      if (family == "bert") {
+        CHECK(ops.count("layernorm") == 2);
+        CHECK(ops.count("gelu") == 1);
+      } else {
+        CHECK(ops.count("rmsnorm") == 2);
+        CHECK(ops.count("rope") == 2);
+        CHECK(ops.count(family == "gemma" ? "geglu" : "swiglu") == 1);
+      }
+      for (const auto& n : r.onnx_nodes)
+        if (const auto at = n.became.find("[canonical form: "); at != std::string::npos) canonical_forms.insert(n.became.substr(at, 40));
+    }
+  }
+  CHECK(layers >= 13);
+  // Both of the dynamo exporter's key transposes were met, and read through their canonical form.
+  CHECK(canonical_forms.size() >= 2);
+}
+
 TEST_CASE("Hugging Face's layer: Cos, Sin, MatMul and Trilu of constants fold, and the softmax's fp32 round trip is skipped") {
   const std::string path = test::source_dir() + "/tests/onnx/corpus/hf_llama_layer.bf16.legacy18.3d.onnx";
   const CompileResult r = compile_model(path, RecipeKind::bf16, "frontend");

@@ -4,6 +4,9 @@
 Models:
 - the exported corpus (tests/onnx/corpus, made by export_corpus.py with torch.onnx.export:
   both exporters, several opsets, fp32/fp16/bf16) under every recipe that applies;
+- transformers' own decoder layers and causal LMs (tests/onnx/hf_corpus, made by export_hf.py),
+  a decoder layer compared on its branch (y - x); the models tec cannot compile yet are listed
+  as known gaps (HF_KNOWN_GAPS) on every run;
 - the examples (examples/onnx/*.onnx);
 - models built here with onnx.helper: FP8 Q/DQ with static scales per tensor, per output
   channel and block_size 128 along K (two GEMMs, the second reading a statically quantized
@@ -43,7 +46,8 @@ def bound_of(recipe, dtype):
     """|tec - ort| / |ort| allowed.
 
     bf16 recipe (nothing quantized): an fp32 model is fp32 end to end, only the summation order
-    differs (1e-5); fp16 and bf16 models round every stored tensor (2^-11, 2^-8) where tec's
+    differs (1e-5), but its attention runs in bf16 (1e-2, as a bf16 model; measured 2e-3 to 3e-3);
+    fp16 and bf16 models round every stored tensor (2^-11, 2^-8) where tec's
     fused norms and GELU round once, and bf16 is compared with an fp32 copy: 1e-3 and 1e-2
     (measured on the CPU reference: 1.5e-4 and 1.8e-3).
     FP8 recipes: E4M3 keeps 3 mantissa bits (2^-4 per element), and tec computes its own
@@ -56,7 +60,7 @@ def bound_of(recipe, dtype):
         return 0.3
     if recipe in QUANTIZED:
         return 0.08
-    return {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2}[dtype]
+    return {"fp32": 1e-5, "fp16": 1e-3, "bf16": 1e-2, "fp32, attention bf16": 1e-2}[dtype]
 
 
 def rng_array(rng, shape, scale=1.0):
@@ -388,7 +392,12 @@ def check(case, recipe, args, work, seed):
     if compiled.returncode != 0:
         row.update(ok=False, error=f"te-compile exit {compiled.returncode}: {compiled.stderr.strip()[:300]}")
         return row
-    gpu_info = json.load(open(report))["profiles"][0]["gpu"]
+    report_text = open(report).read()
+    gpu_info = json.loads(report_text)["profiles"][0]["gpu"]
+    # An fp32 model's attention runs in bf16 (cuDNN's SDPA takes 16-bit operands, and the CPU
+    # reference runs the same casts): the model is judged as a bf16 one then.
+    if row["dtype"] == "fp32" and "reads bf16 copies of the model's fp32" in report_text:
+        row["dtype"] = "fp32, attention bf16"
     row["gpu_code"] = gpu_info["supported"]
     row["gpu_reason"] = gpu_info.get("reason", "")
     out_dir = os.path.join(work, f"{tag}.out")
@@ -407,9 +416,12 @@ def check(case, recipe, args, work, seed):
         got = np.load(os.path.join(out_dir, o.name + ".npy"))
         ref = np.asarray(ref, np.float32)
         assert got.shape == ref.shape, f"{name}: output {o.name} shape {got.shape} vs {ref.shape}"
-        worst = max(worst, float(np.linalg.norm(got - ref) / np.linalg.norm(ref)))
+        # A residual block is judged on its branch, ref - x: |got - ref| / |ref - x|.
+        scale = ref - np.asarray(feeds[case["branch_of"]], np.float32) if "branch_of" in case else ref
+        worst = max(worst, float(np.linalg.norm(got - ref) / np.linalg.norm(scale)))
     row["rel"] = worst
-    row["bound"] = case.get("fp8_bound", bound_of(recipe, row["dtype"])) if recipe in QUANTIZED else bound_of(recipe, row["dtype"])
+    fp8 = recipe in QUANTIZED and recipe != "nvfp4"  # (a case's fp8_bound is for E4M3; NVFP4 keeps its own)
+    row["bound"] = case.get("fp8_bound", bound_of(recipe, row["dtype"])) if fp8 else bound_of(recipe, row["dtype"])
     row["ok"] = worst <= row["bound"] and (args.backend != "gpu" or (row["gpu_code"] and row["verify"] == "PASS"))
     return row
 
@@ -425,6 +437,36 @@ def corpus_cases(folder):
         case = {"name": m["file"][:-5], "path": os.path.join(folder, m["file"]), "dtype": m["dtype"], "recipes": ("bf16",) + QUANTIZED}
         if "shape_args" in m:  # named dims: 256 tokens, past the small-M GEMM, so that cuBLASLt's FP8 GEMMs run too
             case.update(dims={"batch": 4, "seq": 64}, extra=["--shape", "batch=4", "--shape", "seq=64"])
+        cases.append(case)
+    return cases
+
+
+# Models of the Hugging Face corpus tec does not compile yet, with the reason; listed as
+# SKIPPED (known gap) on every run, so that the gap stays visible, and never counted as passed.
+HF_KNOWN_GAPS = {
+    "gpt2_block": "GPT-2's fused c_attn is split by Split on run-time values (issue 50)",
+    "_lm.": "whole causal LMs: the embedding's Gather and the padding mask on run-time values (issue 50)",
+}
+
+
+def hf_cases(folder):
+    """transformers' own modules (export_hf.py): decoder layers are compared on their branch,
+    y - x, which the residual would otherwise hide."""
+    manifest = os.path.join(folder, "manifest.json")
+    if not os.path.exists(manifest):
+        return []
+    cases = []
+    for file, m in sorted(json.load(open(manifest))["models"].items()):
+        if "file" not in m:
+            continue  # the exporter refused it (manifest.json says why)
+        case = {"name": "hf." + file[:-5], "path": os.path.join(folder, file), "dtype": "fp32", "recipes": ("bf16",) + QUANTIZED,
+                # attention_gqa's bound for a block with attention (see built_cases), on the branch
+                "fp8_bound": 0.12}
+        if list(m["inputs"]) == ["x"]:
+            case["branch_of"] = "x"
+        gap = next((why for key, why in HF_KNOWN_GAPS.items() if key in file), None)
+        if gap:
+            case["gap"] = gap
         cases.append(case)
     return cases
 
@@ -495,6 +537,7 @@ def main():
     ap.add_argument("--bin", required=True, help="folder holding te-compile and te-run")
     ap.add_argument("--backend", choices=("cpu", "gpu"), default="cpu")
     ap.add_argument("--corpus", default=os.path.join(HERE, "corpus"))
+    ap.add_argument("--hf-corpus", default=os.path.join(HERE, "hf_corpus"), help="export_hf.py's models")
     ap.add_argument("--examples", default=os.path.join(HERE, "..", "..", "examples", "onnx"))
     ap.add_argument("--only", help="run the models whose name contains this")
     ap.add_argument("--table", help="write the results as a markdown table here")
@@ -509,13 +552,17 @@ def main():
     ort.set_default_logger_severity(3)
     with tempfile.TemporaryDirectory(prefix="tec-ort-") as work:
         os.environ.setdefault("TEC_CACHE_DIR", os.path.join(work, "kernel-cache"))
-        cases = corpus_cases(args.corpus)
+        cases = corpus_cases(args.corpus) + hf_cases(args.hf_corpus)
         for file in sorted(os.listdir(args.examples)):
             if file.endswith(".onnx"):
                 cases.append({"name": file[:-5], "path": os.path.join(args.examples, file), "recipes": ("bf16", "fp8-current", "fp8-delayed")})
         cases += built_cases(work)
         if args.only:
             cases = [c for c in cases if args.only in c["name"]]
+        for c in cases:
+            if "gap" in c:
+                print(f"SKIPPED (known gap): {c['name']}: {c['gap']}")
+        cases = [c for c in cases if "gap" not in c]
         if args.backend == "gpu":
             for c in cases:
                 if "gpu" in c:
