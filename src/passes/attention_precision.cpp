@@ -15,8 +15,13 @@ namespace tec {
 
 namespace {
 
+// An attention over fp32 q, k, v that cuDNN could run in bf16: head dims that are multiples
+// of 8 (the lowering's rule; one that is not stays fp32, on the CPU reference, the lowering
+// saying why, rather than losing precision for nothing).
 bool reads_fp32(const Graph& graph, const Node& node) {
   if (node.op != "attention" || node.computes_backward || node.outputs.size() != 1) return false;
+  const int64_t head_dim = node.attrs.get_int("head_dim", 0), v_head_dim = node.attrs.get_int("v_head_dim", 0);
+  if (head_dim % 8 != 0 || v_head_dim % 8 != 0) return false;
   for (size_t slot = 0; slot < node.inputs.size() && slot < 3; ++slot) {
     const TensorProto& p = graph.value(node.inputs[slot]).proto;
     if (p.dtype != DType::fp32 || p.quantizer) return false;

@@ -444,7 +444,6 @@ def corpus_cases(folder):
 # Models of the Hugging Face corpus tec does not compile yet, with the reason; listed as
 # SKIPPED (known gap) on every run, so that the gap stays visible, and never counted as passed.
 HF_KNOWN_GAPS = {
-    "gpt2_block": "GPT-2's fused c_attn is split by Split on run-time values (issue 50)",
     "_lm.": "whole causal LMs: the embedding's Gather and the padding mask on run-time values (issue 50)",
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 
 namespace tec::onnx {
 
@@ -31,12 +32,15 @@ class Canonicalizer {
   }
 
   std::map<int, std::string> run() {
+    // In this order: a rewrite may give a later one the shapes it needs (a Split's parts).
     const size_t original = nodes_.size();
-    for (size_t i = 0; i < original; ++i) keys_transposed_through_a_3d_view(static_cast<int>(i));
+    for (size_t i = 0; i < original; ++i) fused_projection_split(static_cast<int>(i));
     reindex();
-    for (size_t i = 0; i < original; ++i) head_split_and_key_transpose_in_one(static_cast<int>(i));
+    for (size_t i = 0; i < nodes_.size(); ++i) keys_transposed_through_a_3d_view(static_cast<int>(i));
     reindex();
-    for (size_t i = 0; i < original; ++i) reshape_to_its_own_shape(static_cast<int>(i));
+    for (size_t i = 0, n = nodes_.size(); i < n; ++i) head_split_and_key_transpose_in_one(static_cast<int>(i));
+    reindex();
+    for (size_t i = 0; i < nodes_.size(); ++i) reshape_to_its_own_shape(static_cast<int>(i));
     return notes_;
   }
 
@@ -111,7 +115,16 @@ class Canonicalizer {
     }
     const auto in = shape_of(n.inputs[0], depth + 1);
     if (!in) return std::nullopt;
-    if (n.op_type == "Softmax" || n.op_type == "Identity" || n.op_type == "Cast") return in;
+    static const std::set<std::string> same_shape = {"Softmax", "Identity", "Cast", "LayerNormalization", "RMSNormalization", "Relu",
+                                                     "Gelu", "Sigmoid", "Tanh", "Erf", "Neg", "Sqrt", "Reciprocal"};
+    if (same_shape.count(n.op_type)) return in;
+    if (n.op_type == "Gemm" && n.inputs.size() >= 2) {
+      const auto w = shape_or_constant(n.inputs[1], depth);
+      if (!w || w->size() != 2 || in->size() != 2) return std::nullopt;
+      const bool ta = attr_int_or(n, "transA", 0) != 0, tb = attr_int_or(n, "transB", 0) != 0;
+      if ((*in)[ta ? 0 : 1] != (*w)[tb ? 1 : 0]) return std::nullopt;
+      return Dims{(*in)[ta ? 1 : 0], (*w)[tb ? 0 : 1]};
+    }
     if (n.op_type == "MatMul" && n.inputs.size() == 2) {  // [..., m, k] x [..., k, n], batch dims broadcast
       const auto w = shape_or_constant(n.inputs[1], depth);
       if (!w || w->size() < 2 || in->size() < 2 || in->back() != (*w)[w->size() - 2]) return std::nullopt;
@@ -322,6 +335,162 @@ class Canonicalizer {
     r.inputs.resize(1);
     r.attrs.clear();
     notes_[r.index] = "a Reshape to the shape its input already has";
+  }
+
+  // Split(P, last axis) of a projection P = x W (+ b) (MatMul [+ Add] or Gemm, W and b
+  // initializers), optionally through a Reshape that keeps the last dim, as GPT-2's fused
+  // c_attn (q, k, v) or a fused gate_up is written: one projection per part, with W's columns
+  // (or rows, under transB) and b's entries of that part, each through its own Reshape. The
+  // patterns then see three (or two) ordinary projections. The original nodes make part 0; the
+  // Split becomes an Identity of it.
+  void fused_projection_split(int i) {
+    const Node& split = nodes_[static_cast<size_t>(i)];
+    if (split.op_type != "Split" || !split.domain.empty() || split.inputs.empty() || !internal(split.inputs[0])) return;
+    const auto in_shape = shape_of(split.inputs[0]);
+    if (!in_shape || in_shape->empty()) return;
+    const int64_t rank = static_cast<int64_t>(in_shape->size()), axis = attr_int_or(split, "axis", 0);
+    if (axis != -1 && axis != rank - 1) return;
+    const int64_t features = in_shape->back();
+    Dims sizes;
+    if (split.inputs.size() > 1 && !split.inputs[1].empty()) {
+      const auto given = constant_ints(split.inputs[1]);
+      if (!given) return;
+      sizes = *given;
+    } else {
+      const int64_t parts = static_cast<int64_t>(split.outputs.size());
+      if (parts < 1 || features % parts != 0) return;
+      sizes.assign(static_cast<size_t>(parts), features / parts);
+    }
+    int64_t total = 0;
+    for (int64_t n : sizes) total += n >= 1 ? n : features + 1;
+    if (sizes.size() != split.outputs.size() || sizes.size() < 2 || total != features) return;
+    // Through a Reshape that keeps the last dim (GPT-2: [B x S, 3H] back to [B, S, 3H]).
+    std::string projected = split.inputs[0];
+    int reshape = -1;
+    if (Node* r = producer(projected, "Reshape"); r && internal(r->inputs[0])) {
+      const auto to = constant_ints(r->inputs[1]);
+      const auto from = shape_of(r->inputs[0]);
+      if (!to || !from || from->empty() || from->back() != features || reshaped(from, *to, attr_int_or(*r, "allowzero", 0) != 0) != in_shape)
+        return;
+      reshape = r->index;
+      projected = r->inputs[0];
+    }
+    // The projection: Gemm(x, W, b) with transA 0, or Add(MatMul(x, W), b) either way round, or MatMul(x, W).
+    int gemm = -1, matmul = -1, add = -1;
+    std::string weight, bias;
+    if (Node* g = producer(projected, "Gemm")) {
+      if (attr_int_or(*g, "transA", 0) != 0) return;
+      gemm = g->index;
+      weight = g->inputs[1];
+      bias = g->inputs.size() > 2 ? g->inputs[2] : "";
+    } else {
+      Node* m = producer(projected, "MatMul");
+      if (Node* a = producer(projected, "Add")) {
+        for (int side = 0; side < 2 && !m; ++side)
+          if (Node* mm = producer(a->inputs[static_cast<size_t>(side)], "MatMul"); mm && internal(a->inputs[static_cast<size_t>(side)])) {
+            m = mm;
+            bias = a->inputs[static_cast<size_t>(1 - side)];
+            add = a->index;
+          }
+      }
+      if (!m) return;
+      matmul = m->index;
+      weight = m->inputs[1];
+    }
+    const bool trans_b = gemm >= 0 && attr_int_or(nodes_[static_cast<size_t>(gemm)], "transB", 0) != 0;
+    const auto w = initializers_.find(weight);
+    if (w == initializers_.end() || !w->second.is_float() || w->second.dims.size() != 2) return;
+    const int64_t k = w->second.dims[trans_b ? 1 : 0], n = w->second.dims[trans_b ? 0 : 1];
+    if (n != features) return;
+    const Tensor* b = nullptr;
+    if (!bias.empty()) {
+      const auto it = initializers_.find(bias);
+      if (it == initializers_.end() || !it->second.is_float() || it->second.numel() != features || it->second.dims.size() != 1) return;
+      b = &it->second;
+    }
+    // Every check passed: rewrite. (Node references go stale as nodes are appended.)
+    const Tensor weights = w->second;
+    const std::optional<Tensor> biases = b ? std::optional<Tensor>(*b) : std::nullopt;
+    const int proj = gemm >= 0 ? gemm : matmul;
+    const std::vector<std::string> outs = split.outputs;
+    const std::string split_name = split.name;
+    int64_t start = 0;
+    for (size_t part = 0; part < sizes.size(); ++part) {
+      const int64_t width = sizes[part];
+      Tensor wp{.elem_type = weights.elem_type, .dims = trans_b ? Dims{width, k} : Dims{k, width}, .floats = {}, .ints = {}};
+      for (int64_t r = 0; r < (trans_b ? width : k); ++r)
+        for (int64_t c = 0; c < (trans_b ? k : width); ++c)
+          wp.floats.push_back(trans_b ? weights.floats[static_cast<size_t>((start + r) * k + c)]
+                                      : weights.floats[static_cast<size_t>(r * n + start + c)]);
+      std::optional<Tensor> bp;
+      if (biases) {
+        bp = Tensor{.elem_type = biases->elem_type, .dims = {width}, .floats = {}, .ints = {}};
+        bp->floats.assign(biases->floats.begin() + start, biases->floats.begin() + start + width);
+      }
+      const std::string tag = split_name + "/part" + std::to_string(part);
+      const std::string wname = add_constant(tag + "_weight", std::move(wp));
+      const std::string bname = bp ? add_constant(tag + "_bias", std::move(*bp)) : "";
+      Dims part_shape = *in_shape;
+      part_shape.back() = width;
+      const std::string shape_name = reshape >= 0 ? add_constant(tag + "_shape", Tensor{.elem_type = kInt64, .dims = {rank}, .floats = {}, .ints = part_shape}) : "";
+      if (part == 0) {  // the model's own nodes carry part 0
+        Node& p0 = nodes_[static_cast<size_t>(proj)];
+        p0.inputs[1] = wname;
+        if (gemm >= 0 && !bname.empty()) p0.inputs[2] = bname;
+        if (add >= 0) {
+          Node& a0 = nodes_[static_cast<size_t>(add)];
+          for (auto& in : a0.inputs)
+            if (in == bias) in = bname;
+        }
+        if (reshape >= 0) nodes_[static_cast<size_t>(reshape)].inputs[1] = shape_name;
+        Node& s0 = nodes_[static_cast<size_t>(i)];
+        s0.op_type = "Identity";
+        s0.inputs.resize(1);
+        s0.outputs = {outs[0]};
+        s0.attrs.clear();
+      } else {
+        const Node& p0 = nodes_[static_cast<size_t>(proj)];
+        std::string value = fresh(tag + "_projection");
+        Node pn{.index = static_cast<int>(nodes_.size()), .name = fresh(tag + "_projection"), .op_type = p0.op_type, .domain = "",
+                .inputs = {p0.inputs[0], wname}, .outputs = {value}, .attrs = p0.attrs};
+        if (gemm >= 0 && !bname.empty()) pn.inputs.push_back(bname);
+        nodes_.push_back(std::move(pn));
+        if (add >= 0) {
+          const std::string biased = fresh(tag + "_biased");
+          nodes_.push_back(Node{.index = static_cast<int>(nodes_.size()), .name = fresh(tag + "_bias_add"), .op_type = "Add", .domain = "",
+                                .inputs = {value, bname}, .outputs = {biased}, .attrs = {}});
+          value = biased;
+        }
+        const bool last_stage = reshape < 0;
+        if (last_stage) {
+          nodes_.push_back(Node{.index = static_cast<int>(nodes_.size()), .name = fresh(tag + "_identity"), .op_type = "Identity",
+                                .domain = "", .inputs = {value}, .outputs = {outs[part]}, .attrs = {}});
+        } else {
+          const Node& r0 = nodes_[static_cast<size_t>(reshape)];
+          nodes_.push_back(Node{.index = static_cast<int>(nodes_.size()), .name = fresh(tag + "_reshape"), .op_type = "Reshape",
+                                .domain = "", .inputs = {value, shape_name}, .outputs = {outs[part]}, .attrs = r0.attrs});
+        }
+      }
+      start += width;
+    }
+    const std::string why = "a fused projection split in " + std::to_string(sizes.size()) +
+                            " along its features, read as one projection per part";
+    for (int touched : {proj, add, reshape, i})
+      if (touched >= 0) notes_[touched] = why;
+  }
+
+  std::string add_constant(const std::string& base, Tensor value) {
+    Node c;
+    c.index = static_cast<int>(nodes_.size());
+    c.name = fresh(base + "/constant");
+    c.op_type = "Constant";
+    c.outputs = {fresh(base)};
+    Attribute a;
+    a.type = Attribute::Type::tensor;
+    a.t = std::move(value);
+    c.attrs["value"] = std::move(a);
+    nodes_.push_back(std::move(c));
+    return nodes_.back().outputs[0];
   }
 
   std::vector<Node>& nodes_;

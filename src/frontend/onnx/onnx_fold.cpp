@@ -41,7 +41,9 @@ bool foldable(const std::string& op) {
                                             // the ones a ConstantOfShape (Hugging Face's repeat_kv).
                                             "ConstantOfShape", "Equal", "Where",
                                             // an exporter's mask.expand(batch, 1, S, S) of a constant mask
-                                            "Expand"};
+                                            "Expand",
+                                            // shape arithmetic: shape[:-2] and the like
+                                            "Slice"};
   return ops.count(op) != 0;
 }
 
@@ -435,6 +437,56 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     const auto count = static_cast<size_t>(Shape(dims).numel());
     if (value.is_float()) t.floats.assign(count, value.floats.at(0));
     else t.ints.assign(count, value.ints.at(0));
+    return one(std::move(t));
+  }
+  if (op == "Slice") {  // ONNX's Slice (opset 13): starts, ends, optional axes and steps, clamped per axis
+    const Tensor& x = require(0);
+    const std::vector<int64_t> starts = as_ints(require(1)), ends = as_ints(require(2));
+    const auto rank = static_cast<int64_t>(x.dims.size());
+    std::vector<int64_t> axes = in(3) ? as_ints(*in(3)) : std::vector<int64_t>{};
+    if (!in(3))
+      for (size_t i = 0; i < starts.size(); ++i) axes.push_back(static_cast<int64_t>(i));
+    const std::vector<int64_t> steps = in(4) ? as_ints(*in(4)) : std::vector<int64_t>(starts.size(), 1);
+    TEC_USER_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(), {})
+        << "Slice's starts, ends, axes and steps must have one entry per sliced axis";
+    std::vector<int64_t> first(static_cast<size_t>(rank), 0), step(static_cast<size_t>(rank), 1), dims = x.dims;
+    std::vector<bool> seen(static_cast<size_t>(rank), false);
+    for (size_t i = 0; i < axes.size(); ++i) {
+      const int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+      TEC_USER_CHECK(a >= 0 && a < rank && !seen[static_cast<size_t>(a)], {}) << "Slice axis " << axes[i] << " is out of range or repeated";
+      seen[static_cast<size_t>(a)] = true;
+      const int64_t dim = x.dims[static_cast<size_t>(a)], st = steps[i];
+      TEC_USER_CHECK(st != 0, {}) << "Slice step 0";
+      auto wrap = [dim](int64_t v) { return v < 0 ? v + dim : v; };
+      int64_t b = wrap(starts[i]), e = wrap(std::clamp<int64_t>(ends[i], -dim - 1, dim + 1));
+      if (st > 0) {
+        b = std::clamp<int64_t>(b, 0, dim);
+        e = std::clamp<int64_t>(e, 0, dim);
+      } else {
+        b = std::clamp<int64_t>(b, 0, dim - 1);
+        e = std::clamp<int64_t>(e, -1, dim - 1);
+      }
+      const int64_t count = st > 0 ? std::max<int64_t>(0, (e - b + st - 1) / st) : std::max<int64_t>(0, (b - e - st - 1) / -st);
+      first[static_cast<size_t>(a)] = b;
+      step[static_cast<size_t>(a)] = st;
+      dims[static_cast<size_t>(a)] = count;
+    }
+    Tensor t;
+    t.elem_type = x.elem_type;
+    t.dims = dims;
+    const Shape out(dims);
+    const auto strides = Shape(x.dims).contiguous_strides();
+    std::vector<int64_t> coord(static_cast<size_t>(rank), 0);
+    for (int64_t e = 0; e < out.numel(); ++e) {
+      int64_t at = 0;
+      for (size_t d = 0; d < coord.size(); ++d) at += (first[d] + coord[d] * step[d]) * strides[d];
+      if (x.is_float()) t.floats.push_back(x.floats.at(static_cast<size_t>(at)));
+      else t.ints.push_back(x.ints.at(static_cast<size_t>(at)));
+      for (size_t d = coord.size(); d-- > 0;) {
+        if (++coord[d] < dims[d]) break;
+        coord[d] = 0;
+      }
+    }
     return one(std::move(t));
   }
   if (op == "Expand") {  // ONNX's Expand broadcasts both ways: numpy's broadcast of the input and the shape

@@ -61,7 +61,8 @@ const std::vector<OnnxOpClaim> kClaims = {
                            "plan casts q, k and v to bf16 and the output back, the CPU reference alike)"},
     {"Slice", 13, 3, 5, {1, 2, 3, 4}, "only as rotate_half in the rotary embedding exporters write for Hugging Face's "
                         "apply_rotary_pos_emb: x cos + cat(-x[..., D/2:], x[..., :D/2]) sin, the cos and sin tables "
-                        "constants of the positions 0..S-1 -> tec's rope (half style; theta found from the tables)"},
+                        "constants of the positions 0..S-1 -> tec's rope (half style; theta found from the tables); or where it "
+                        "computes a constant (shape arithmetic)"},
     {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
                          "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
                          "attention (a constant causal mask becomes its causal flag; k^T written through a 3-D view, or as one "
@@ -69,6 +70,8 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Expand", 13, 2, 2, {1}, "in Hugging Face's repeat_kv before attention's spelling: Reshape(Expand(Unsqueeze(k, 2), "
                         "[B, KVH, n, S, D]), [B, KVH x n, S, D]) of the keys and values -> tec's attention with kv_heads = KVH (GQA); "
                         "or where it computes a constant (a causal mask expanded to the batch)"},
+    {"Split", 13, 1, 2, {1}, "only where it splits a projection's output along its features (GPT-2's fused c_attn, a fused "
+                        "gate_up; through a Reshape that keeps the last dim) -> one linear per part"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -459,6 +462,8 @@ class Importer {
         problem(n, "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not supported yet");
       else if (n.op_type == "Slice")
         problem(n, "a Slice outside the rotary embedding's rotate_half (te-compile --onnx-ops) is not supported yet");
+      else if (n.op_type == "Split")
+        problem(n, "a Split other than of a projection's output along its features (te-compile --onnx-ops) is not supported yet");
       else if (n.op_type == "Expand")
         problem(n, "an Expand outside repeat_kv's repeat of attention's keys and values (te-compile --onnx-ops) is not supported yet");
     }
@@ -1147,7 +1152,8 @@ class Importer {
     const int merge = sole_consumer(node(pv).outputs[0], "Transpose");
     const int flatten = merge >= 0 ? sole_consumer(node(merge).outputs[0], "Reshape") : -1;
     if (flatten >= 0 && attr_ints(node(merge), "perm") == std::vector<int64_t>{0, 2, 1, 3} && node(flatten).inputs.size() > 1 &&
-        known_.count(node(flatten).inputs[1]) && known_.at(node(flatten).inputs[1])->numel() == 3) {
+        known_.count(node(flatten).inputs[1]) &&
+        (known_.at(node(flatten).inputs[1])->numel() == 3 || known_.at(node(flatten).inputs[1])->numel() == 2)) {
       g.members.insert(g.members.end(), {merge, flatten});
       g.root = flatten;
       g.merge_shape = node(flatten).inputs[1];
@@ -1760,10 +1766,20 @@ class Importer {
       return emit(e, root, "transpose", {split}, perm, {}, out);
     }
     // The heads merged back: tec's attention makes [B, S, H x Dv], what Transpose + Reshape make
-    // of [B, H, S, Dv], so its output is the Reshape's.
+    // of [B, H, S, Dv], so its output is the Reshape's; or, merged to rows as a Gemm reads them
+    // (GPT-2's c_proj), [B x S, H x Dv], a reshape of it.
+    const std::vector<int64_t> merged = as_ints(*e.consts.at(grp.merge_shape));
+    if (merged.size() == 2) {
+      const ValueId y = emit_attention_of(e, root, q, k, v, mask, a, out + ".merged", true);
+      const Shape ys = e.g.value(y).proto.shape;
+      const std::vector<int64_t> rows = {checked_mul(ys[0], ys[1]), ys[2]};
+      TEC_UNSUPPORTED_CHECK(reshapes_to(ys, merged, rows) || (merged[0] == -1 && merged[1] == ys[2]), ctx)
+          << "attention's heads are merged by a Reshape to a shape other than [batch x seq, heads x head_dim] of " << ys.str();
+      return reshape_to(e, root, y, rows, out);
+    }
     const ValueId y = emit_attention_of(e, root, q, k, v, mask, a, out, true);
     const Shape& ys = e.g.value(y).proto.shape;
-    TEC_UNSUPPORTED_CHECK(reshapes_to(ys, as_ints(*e.consts.at(grp.merge_shape)), ys.dims), ctx)
+    TEC_UNSUPPORTED_CHECK(reshapes_to(ys, merged, ys.dims), ctx)
         << "attention's heads are merged by a Reshape to a shape other than [batch, seq, heads x head_dim] " << ys.str();
     return y;
   }
