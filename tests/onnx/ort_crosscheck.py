@@ -497,9 +497,9 @@ def built_cases(work):
             # The scores multiply two FP8 GEMM outputs (q and k), each with its own E4M3 error, and
             # the softmax turns score errors into weight errors: measured 0.065 - 0.080 under the
             # FP8 recipes (0.27 nvfp4) against 0.08 for an MLP, so the FP8 bound is 0.12 here.
-            case.update(extra=["--shape", "batch=2", "--shape", "seq=16"], gpu="attention has no GPU kernel yet (issue 25)", fp8_bound=0.12)
+            case.update(extra=["--shape", "batch=2", "--shape", "seq=16"], fp8_bound=0.12)
         if name.startswith("attention_spelled") or name == "llama_attention":  # attention_gqa's kind of block: its bound
-            case.update(gpu="attention has no GPU kernel yet (issue 25)", fp8_bound=0.12)
+            case.update(fp8_bound=0.12)
         cases.append(case)
     return cases
 

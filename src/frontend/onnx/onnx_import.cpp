@@ -379,6 +379,12 @@ class Importer {
 
   void check_claims() {
     for (const onnx::Node& n : nodes_) {
+      // Every stage after this one may read a node's first output, whatever its op or domain.
+      if (n.outputs.empty()) {
+        problem(n, n.op_type + " has no outputs (every ONNX node writes at least one)");
+        malformed_ = true;
+        continue;
+      }
       if (!n.domain.empty()) {
         problem(n, "domain '" + n.domain + "' is not supported (tec reads the default ONNX domain)");
         continue;
