@@ -1,6 +1,7 @@
 #include "run_io.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -11,6 +12,40 @@
 #include "reference/executor.h"
 
 namespace tec::cli {
+
+namespace {
+
+// Token ids outside an embedding's table, named with their index here, before any step runs
+// (the reference would stop at the embedding, the GPU zero the row and set its status word).
+std::string id_text(float id) {
+  if (std::isfinite(id) && id == std::trunc(id) && std::fabs(id) < 1e15f) return std::to_string(static_cast<long long>(id));
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(id));
+  return text;
+}
+
+void check_token_ids(const plan::Profile& profile, const std::string& input, const NpyArray& ids) {
+  std::set<std::string> reads{input};  // the input and its reshapes (views of the same ids)
+  for (const plan::Step& step : profile.steps)
+    for (const plan::Op& op : step.ops) {
+      if (op.backward || op.inputs.empty() || !reads.count(op.inputs[0])) continue;
+      if (op.op == "reshape" || op.op == "identity") reads.insert(op.outputs.begin(), op.outputs.end());
+      if (op.op != "embedding") continue;
+      const int64_t rows = op.attrs.get_int("num_embeddings", 0);
+      for (size_t i = 0; i < ids.values.size(); ++i) {
+        const float id = ids.values[i];
+        if (id >= 0.0f && id < static_cast<float>(rows)) continue;
+        std::string at;
+        for (size_t d = ids.shape.rank(), rest = i; d-- > 0; rest /= static_cast<size_t>(ids.shape.dims[d]))
+          at = std::to_string(rest % static_cast<size_t>(ids.shape.dims[d])) + (at.empty() ? "" : ", ") + at;
+        throw Error(ErrorKind::invalid_input, ErrorContext{"te-run", input, "", "--input " + input},
+                    "input '" + input + "' holds token id " + id_text(id) + " at [" + at + "], outside the table of embedding '" +
+                        op.node + "' (" + std::to_string(rows) + " rows: ids must be in [0, " + std::to_string(rows) + "))");
+      }
+    }
+}
+
+}  // namespace
 
 std::vector<NamedTensor> read_inputs(const plan::Plan& plan, const plan::Profile& profile,
                                      const std::vector<std::pair<std::string, std::string>>& assignments) {
@@ -33,7 +68,8 @@ std::vector<NamedTensor> read_inputs(const plan::Plan& plan, const plan::Profile
                                               << array.shape.str();
     TEC_USER_CHECK(array.integer == integer_input, ctx)
         << "input '" << name << "' is " << to_string(input.proto.dtype) << ", the file holds " << array.dtype << " values; give "
-        << (integer_input ? "int32 or int64 values (expert indices, m_splits)" : "float16, float32 or float64 values");
+        << (integer_input ? "int32 or int64 values (token ids, expert indices, m_splits)" : "float16, float32 or float64 values");
+    if (integer_input) check_token_ids(profile, name, array);
     out.emplace_back(name, HostTensor{std::move(array.shape), std::move(array.values)});
   }
   return out;

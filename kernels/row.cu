@@ -29,6 +29,8 @@
 // 1, the weights in slot 2, the status word in slot 8, TEC_Y_ROWS = y's rows; TEC_UNWEIGHTED:
 // each weight 1, moe_permute's backward), 22 moe_unpermute's backward scatter (d(out) in slot
 // 0, each row's slot or -1 in slot 1, the weights in slot 2).
+// 23 an embedding lookup: output row r is table row slot 1[r] (int32 token ids) of the table in
+// slot 0 (TEC_TABLE_ROWS rows); an id outside them gives zeros and sets the status word (slot 8).
 // Attention's glue: 21 rope, element i of a token row of heads x TEC_ROPE_HEAD_DIM turned with
 // its pair partner by position x tec_rope_inv_frequency[pair] (the position: the row modulo
 // TEC_ROPE_INNER, or divided by it under sbhd; TEC_ROPE_INVERSE: the backward's opposite turn;
@@ -287,6 +289,13 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
     acc += weight * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
   }
   return acc;
+#elif TEC_PRODUCER == 23
+  const int id = ((const int*)in1)[row.r];
+  if (id < 0 || id >= TEC_TABLE_ROWS) {
+    if (i == 0) atomicOr((int*)args.slot[8], TEC_STATUS_BAD_TOKEN_ID);
+    return 0.0f;
+  }
+  return tec_load<TEC_IN_DTYPE>(in0, (i64)id * TEC_N + i);
 #elif TEC_PRODUCER == 22
   // moe_unpermute's backward: row r of d(y) is weights[s] d(out)[s / k] for the slot s that
   // maps to it (kernels/moe.cu's tec_moe_invert_row_map), 0 where none does.

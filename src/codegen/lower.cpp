@@ -861,6 +861,7 @@ class StepLowering {
     if (first.op == "moe_router") return lower_moe_router(first);
     if (first.op == "moe_permute") return lower_moe_permute(first);
     if (first.op == "moe_unpermute") return lower_moe_unpermute(first);
+    if (first.op == "embedding") return lower_embedding(first);
     if (first.op == "attention") return lower_attention(first);
     // A bias may carry the residual add after it (the fusion pass's [bias, add]); then a quantize.
     const Node* residual_add = first.op == "bias" && step_.nodes.size() >= 2 && node(1).op == "add" ? &node(1) : nullptr;
@@ -1606,6 +1607,19 @@ class StepLowering {
     p.defines = {"TEC_PRODUCER=19", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'"))};
     p.inputs = {buf(data(x)), buf(row_source), {}};
     emit_row(p, permuted);
+  }
+
+  // The table rows the token ids pick: row kernel producer 23 (an id out of range sets the status word).
+  void lower_embedding(const Node& n) {
+    require_single_node(n);
+    const Value& ids = input(n, 0);
+    const Value& table = input(n, 1);
+    Producer p;
+    p.defines = {"TEC_PRODUCER=23", "TEC_IN_DTYPE=" + std::to_string(dtype_code(table.proto.dtype, "table '" + table.name + "'")),
+                 "TEC_TABLE_ROWS=" + std::to_string(table.proto.shape.rows())};
+    p.inputs = {buf(data(table)), buf(data(ids)), {}};
+    p.more[0] = status_bit(TEC_STATUS_BAD_TOKEN_ID);
+    emit_row(p, output(n));
   }
 
   // The router-weighted sum of each token's k expert rows: row kernel producer 20.

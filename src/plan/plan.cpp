@@ -283,11 +283,12 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         arg.value = a["value"].get<int64_t>();
       } else if (a.is_object() && a.contains("status")) {
         const json& bit = a["status"];
-        TEC_USER_CHECK(bit.is_number_integer() && (bit.get<int64_t>() == TEC_STATUS_BAD_EXPERT || bit.get<int64_t>() == TEC_STATUS_BAD_SPLITS ||
-                                                   bit.get<int64_t>() == TEC_STATUS_BAD_ROW_MAP),
+        const auto named = bit.is_number_integer() ? bit.get<int64_t>() : 0;
+        TEC_USER_CHECK(named == TEC_STATUS_BAD_EXPERT || named == TEC_STATUS_BAD_SPLITS || named == TEC_STATUS_BAD_ROW_MAP ||
+                           named == TEC_STATUS_BAD_TOKEN_ID,
                        r.ctx("args"))
-            << "a status argument names one bit of the status word (" << TEC_STATUS_BAD_EXPERT << ", " << TEC_STATUS_BAD_SPLITS << " or "
-            << TEC_STATUS_BAD_ROW_MAP << "), got " << json_excerpt(bit);
+            << "a status argument names one bit of the status word (" << TEC_STATUS_BAD_EXPERT << ", " << TEC_STATUS_BAD_SPLITS << ", "
+            << TEC_STATUS_BAD_ROW_MAP << " or " << TEC_STATUS_BAD_TOKEN_ID << "), got " << json_excerpt(bit);
         arg.kind = KernelArg::Kind::status;
         arg.value = bit.get<int64_t>();
       } else {

@@ -349,6 +349,36 @@ def main():
     onnx.save(bad, J("init_input.onnx"))
     run("an ONNX initializer declared as an input of another shape is refused", [compile_, J("init_input.onnx")], 3,
         "is also an initializer, of type FLOAT and shape [16, 8], but the input declares type FLOAT and shape [16, 4]")
+    print("== a whole causal LM's token ids (issue 50)")
+    lm_model = os.path.join(a.source, "tests", "onnx", "hf_corpus", "llama_lm_ids.sdpa.dynamo.onnx")
+    lm = J("lm.teplan")
+    subprocess.run([compile_, lm_model, "-q", "-o", lm], check=True)
+    ids = np.arange(32, dtype=np.int64).reshape(2, 16)
+    for label, value, text in [("past the vocabulary", 256, "holds token id 256 at [1, 3], outside the table of embedding"),
+                               ("negative", -1, "holds token id -1 at [1, 3], outside the table of embedding"),
+                               ("past int32's exact floats", 2 ** 40, "integer value 1099511627776 at index 19 is outside (-2^24, 2^24)")]:
+        bad_ids = ids.copy()
+        bad_ids[1, 3] = value
+        np.save(J("ids.npy"), bad_ids)
+        run(f"a token id {label} is named with its index", [te_run, lm, "--backend", "cpu", "--input", f"input_ids={J('ids.npy')}"], 3, text)
+    np.save(J("ids_float.npy"), ids.astype(np.float32))
+    run("float token ids are refused", [te_run, lm, "--backend", "cpu", "--input", f"input_ids={J('ids_float.npy')}"], 3,
+        "give int32 or int64 values (token ids")
+    np.save(J("ids_short.npy"), ids[:, :8])
+    run("token ids of another shape are refused", [te_run, lm, "--backend", "cpu", "--input", f"input_ids={J('ids_short.npy')}"], 3,
+        "has shape [2, 16], the file holds [2, 8]")
+    np.save(J("ids_ok.npy"), ids)
+    run("token ids in range run", [te_run, lm, "--backend", "cpu", "--input", f"input_ids={J('ids_ok.npy')}"], 0, "logits")
+    ids_input = h.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])
+    misuse = h.make_model(h.make_graph([h.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
+                                        h.make_node("MatMul", ["f", "table_t"], ["y"])], "g", [ids_input],
+                                       [h.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])],
+                                       [numpy_helper.from_array(np.ones((4, 8), dtype=np.float32), "table_t")]),
+                          opset_imports=[h.make_opsetid("", 17)])
+    misuse.ir_version = 8
+    onnx.save(misuse, J("ids_misused.onnx"))
+    run("an INT64 input read other than as token ids is named", [compile_, J("ids_misused.onnx")], 4,
+        "input 'ids' is INT64; tec takes integer inputs only as the token ids of embedding lookups")
     run("te-compile DIR says it is a directory", [compile_, W], 6, "this path is a directory")
     run("a missing ONNX model says so", [compile_, J("missing.onnx")], 6, "cannot open ONNX model")
 

@@ -246,6 +246,72 @@ TEST_CASE("every decoder layer of the Hugging Face corpus becomes TE ops, and ha
   CHECK(canonical_forms.size() >= 2);
 }
 
+TEST_CASE("a whole causal LM of the Hugging Face corpus, given token ids, becomes TE ops from the embedding to the logits") {
+  const std::string folder = test::source_dir() + "/tests/onnx/hf_corpus";
+  const auto manifest = nlohmann::json::parse(test::read_text(folder + "/manifest.json"));
+  int lms = 0;
+  for (const auto& [file, m] : manifest["models"].items()) {
+    if (!m.contains("file") || file.find("_lm_ids.") == std::string::npos) continue;
+    ++lms;
+    CAPTURE(file);
+    const bool gpt2 = file.rfind("gpt2", 0) == 0;
+    for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::nvfp4}) {
+      CAPTURE(to_string(recipe));
+      const CompileResult r = compile_model(folder + "/" + file, recipe, "lower");
+      std::multiset<std::string> ops;
+      for (const Node& n : r.profiles.at(0).graph.nodes) ops.insert(n.op);
+      CHECK_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
+      CHECK(ops.count("embedding") == 1);
+      CHECK(ops.count("attention") == 2);  // two layers, each with transformers' NaN guard after its softmax
+      CHECK(ops.count(gpt2 ? "layernorm" : "rmsnorm") == 5);  // two per layer and the final norm
+      CHECK(ops.count(gpt2 ? "gelu" : "swiglu") == 2);
+      CHECK(ops.count("linear") == 13);  // six per layer (GPT-2's c_attn as three) and the lm_head
+      for (const std::string general : {"matmul", "unary", "reduce_mean"}) CHECK_MESSAGE(ops.count(general) == 0, "a leftover '" << general << "' op");
+      const Value& ids = r.profiles.at(0).graph.value(r.profiles.at(0).graph.inputs.at(0));
+      CHECK(ids.proto.dtype == DType::int32);  // the model's INT64 ids, narrowed
+    }
+  }
+  CHECK(lms == 3);
+}
+
+TEST_CASE("transformers' NaN guard after the softmax goes with the attention only where no row can be wholly masked") {
+  // Softmax(q k^T x c + mask), then Where(IsNaN(p), 0, p), then MatMul v (transformers' sdpa, as
+  // the dynamo exporter writes it), the mask a run-time input or a constant of no masked row.
+  auto model = [](bool mask_at_run_time) {
+    ModelBuilder b(18);
+    for (const char* t : {"q", "k", "v"}) b.input(t, {1, 2, 8, 16});
+    if (mask_at_run_time) b.input("mask", {1, 1, 8, 8});
+    else b.floats("mask", {1, 1, 8, 8}, std::vector<float>(64, 0.0f));
+    b.output("y", {1, 2, 8, 16});
+    b.floats("scale", {}, {0.25f});
+    b.floats("zero", {}, {0.0f});
+    auto* t = b.node("Transpose", {"k"}, "kt", "k_t");
+    auto* perm = t->add_attribute();
+    perm->set_name("perm");
+    perm->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t d : {0, 1, 3, 2}) perm->add_ints(d);
+    b.node("MatMul", {"q", "kt"}, "s", "qk");
+    b.node("Mul", {"s", "scale"}, "ss", "scaled");
+    b.node("Add", {"ss", "mask"}, "sm", "masked");
+    b.node("Softmax", {"sm"}, "p", "softmax");
+    b.node("IsNaN", {"p"}, "nan", "is_nan");
+    b.node("Where", {"nan", "zero", "p"}, "pg", "guard");
+    b.node("MatMul", {"pg", "v"}, "y", "pv");
+    return b.save(mask_at_run_time ? "nan_guard_runtime_mask.onnx" : "nan_guard_constant_mask.onnx");
+  };
+  const Error e = test::error_of([&] { (void)compile_model(model(true), RecipeKind::bf16, "frontend"); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK_MESSAGE(std::string(e.what()).find("passes a NaN guard, Where(IsNaN(p), 0, p), and the mask 'mask' is computed at run time") !=
+                    std::string::npos,
+                e.what());
+  const CompileResult r = compile_model(model(false), RecipeKind::bf16, "frontend");
+  int attention = 0;
+  for (const Node& n : r.profiles.at(0).graph.nodes) attention += n.op == "attention";
+  CHECK(attention == 1);
+  for (const auto& n : r.onnx_nodes)
+    if (n.node == "is_nan" || n.node == "guard") CHECK_MESSAGE(n.became.find("NaN guard") != std::string::npos, n.became);
+}
+
 TEST_CASE("Hugging Face's layer: Cos, Sin, MatMul and Trilu of constants fold, and the softmax's fp32 round trip is skipped") {
   const std::string path = test::source_dir() + "/tests/onnx/corpus/hf_llama_layer.bf16.legacy18.3d.onnx";
   const CompileResult r = compile_model(path, RecipeKind::bf16, "frontend");

@@ -57,6 +57,7 @@ int silu_bound_test(const std::string& arch);
 int delayed_update_test(const std::string& arch);
 int train_plans_test(const std::string& arch);
 int moe_test(const std::string& arch);
+int embedding_test(const std::string& arch);  // in moe_gpu_test.cpp: token ids, like routing, are index data
 int plans_test(const std::string& arch);  // TEC_GPU_TEST_SMALL=1 skips examples/mlp.json
 int session_leak_test();
 int tuning_test();

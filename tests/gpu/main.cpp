@@ -37,6 +37,7 @@ int main() {
   if (wanted("plans")) failures += tec::gpu_test::plans_test(arch);
   if (wanted("train")) failures += tec::gpu_test::train_plans_test(arch);
   if (wanted("moe")) failures += tec::gpu_test::moe_test(arch);
+  if (wanted("embedding")) failures += tec::gpu_test::embedding_test(arch);
   if (wanted("leak")) failures += tec::gpu_test::session_leak_test();
   if (wanted("tuning")) failures += tec::gpu_test::tuning_test();
   if (wanted("tp")) failures += tec::gpu_test::tensor_parallel_test(arch);

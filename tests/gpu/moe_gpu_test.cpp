@@ -10,6 +10,8 @@
 //   is reported whenever the results are read, until the next run; the next good run is fine;
 // - training (every training recipe; a bias per expert) through the same four routings: the backward's kernel
 //   steps bit for bit, the grouped dgrad and wgrad within bounds, 100 replays of one graph.
+// And the other index data given from outside, token ids (TEC_GPU_TEST_ONLY=embedding): the
+// embedding's rows exact, ids outside the table reported as hostile routing is.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -379,7 +381,61 @@ int hostile_splits_case(const std::string& arch, cudaStream_t stream, int in_fea
   return failures;
 }
 
+// Token ids given from outside (an embedding lookup, then an rmsnorm and a linear): ids over
+// the whole table, replayed against the CPU reference; then ids outside the table (past it,
+// negative), each reported when results are read (twice alike), and a good run after them.
+int token_ids_case(const std::string& arch, cudaStream_t stream) {
+  const std::string model = R"({"name": "lm_head", "dtype": "bf16", "inputs": [{"name": "ids", "shape": [4, 64], "dtype": "int32"}],
+    "ops": [{"name": "embed", "op": "embedding", "inputs": ["ids"], "attrs": {"num_embeddings": 1000, "embedding_dim": 256}},
+            {"name": "norm", "op": "rmsnorm", "inputs": ["embed"], "attrs": {"hidden": 256}},
+            {"name": "head", "op": "linear", "inputs": ["norm"], "attrs": {"in_features": 256, "out_features": 512, "bias": false}}],
+    "outputs": ["embed", "head"]})";
+  const auto plan = compile_plan(write_model("token_ids", model), RecipeKind::bf16, arch);
+  Bench b(plan, 0, stream);
+  b.inputs.randomize_inputs(1);
+  std::mt19937 rng(5);
+  auto ids_with = [&](float bad) {
+    std::vector<float> ids(256);
+    for (float& id : ids) id = static_cast<float>(rng() % 1000);
+    if (bad != 0.0f) ids[77] = bad;
+    b.inputs.set_input("ids", HostTensor{Shape{4, 64}, ids});
+  };
+  ids_with(0.0f);
+  const double before = b.replay_error("embed");  // the rows as they are: 0 expected
+  int failures = before == 0.0 ? 0 : 1;
+  std::printf("  token ids over a 1000-row table: the embedding's rows ||gpu-cpu||/||cpu|| %.2e%s\n", before, before == 0.0 ? "" : "  FAIL");
+  for (const float bad : {1000.0f, -3.0f}) {
+    ids_with(bad);
+    b.upload_inputs();
+    b.gpu.run(stream);
+    std::string refused, again;
+    for (std::string* message : {&refused, &again}) try {
+        (void)b.gpu.download_arena(stream);
+      } catch (const Error& e) {
+        *message = e.message();
+      }
+    const bool ok = refused == again && refused.find("a token id outside the embedding table's rows (its output rows are zeros) (step 'embed')") !=
+                                            std::string::npos;
+    failures += ok ? 0 : 1;
+    std::printf("  hostile token id %g: %s%s\n", bad, refused.empty() ? "NOT REPORTED" : "reported", ok ? "" : "  FAIL");
+  }
+  ids_with(0.0f);
+  const double after = b.replay_error("head");
+  failures += after < kGemmBound ? 0 : 1;
+  std::printf("  good token ids after them: the head's ||gpu-cpu||/||cpu|| %.2e%s\n", after, after < kGemmBound ? "" : "  FAIL");
+  return failures;
+}
+
 }  // namespace
+
+int embedding_test(const std::string& arch) {
+  std::printf("an embedding lookup with token ids given from outside:\n");
+  cudaStream_t stream;
+  CHECK_CUDA(cudaStreamCreate(&stream));
+  const int failures = token_ids_case(arch, stream);
+  CHECK_CUDA(cudaStreamDestroy(stream));
+  return failures;
+}
 
 int moe_test(const std::string& arch) {
   std::printf("MoE plans (router, permute, grouped GEMM, unpermute) against the CPU reference:\n");

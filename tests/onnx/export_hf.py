@@ -2,7 +2,7 @@
 """Exports transformers' own modules (not re-implementations) with random weights, the way a
 user of tec would: decoder layers of Llama, Qwen2, Gemma, GPT-2 and BERT with both attention
 implementations transformers offers (sdpa, eager), and whole causal LMs (input_ids and an
-attention_mask -> logits), through both torch.onnx exporters (dynamo and the TorchScript
+attention_mask -> logits; and given input_ids alone), through both torch.onnx exporters (dynamo and the TorchScript
 "legacy" one). A model an exporter refuses is listed in manifest.json with the error, not
 silently dropped (issue 50).
 
@@ -130,7 +130,7 @@ class CausalLm(nn.Module):
                "gpt2": transformers.GPT2LMHeadModel}[family]
         self.model = cls(config)
 
-    def forward(self, input_ids, attention_mask):
+    def forward(self, input_ids, attention_mask=None):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
@@ -140,11 +140,15 @@ def models(attn):
     layers["gpt2_block"] = lambda: Gpt2Block(cfg["gpt2"])
     layers["bert_layer"] = lambda: BertLayer(cfg["bert"])
     lms = {f"{f}_lm": (lambda f=f: CausalLm(f, cfg[f])) for f in ("llama", "qwen2", "gpt2")}
+    # The same LMs given token ids alone (no padding: one sequence, or all of one length).
+    lms.update({f"{f}_lm_ids": (lambda f=f: CausalLm(f, cfg[f])) for f in ("llama", "qwen2", "gpt2")})
     return layers, lms
 
 
 def example_inputs(name):
     g = torch.Generator().manual_seed(7)
+    if name.endswith("_lm_ids"):
+        return (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),), ["input_ids"], ["logits"]
     if name.endswith("_lm"):
         ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
         mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
@@ -171,6 +175,11 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     only = [o for o in args.only.split(",") if o]
     manifest = {"torch": torch.__version__, "transformers": transformers.__version__, "models": {}}
+    path = os.path.join(args.out, "manifest.json")
+    if only and os.path.exists(path):  # a partial export updates the folder's manifest
+        previous = json.load(open(path))
+        if (previous.get("torch"), previous.get("transformers")) == (manifest["torch"], manifest["transformers"]):
+            manifest["models"] = previous["models"]
     for seed, attn in enumerate(args.attn.split(",")):
         layers, lms = models(attn)
         for index, (name, make) in enumerate({**layers, **lms}.items()):
@@ -182,6 +191,8 @@ def main():
                 file = f"{name}.{attn}.{exporter}.onnx"
                 entry = {"module": type(model).__name__, "attn": attn, "exporter": exporter,
                          "inputs": {n: list(t.shape) for n, t in zip(names, inputs)}}
+                if "input_ids" in names:
+                    entry["vocab"] = VOCAB
                 try:
                     with torch.no_grad():
                         export_one(model, inputs, names, outputs, os.path.join(args.out, file), exporter)
@@ -193,7 +204,7 @@ def main():
                     if os.environ.get("TEC_EXPORT_TRACE"):
                         traceback.print_exc()
                 manifest["models"][file] = entry
-    with open(os.path.join(args.out, "manifest.json"), "w") as f:
+    with open(path, "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
     return 0
 

@@ -377,10 +377,16 @@ def check(case, recipe, args, work, seed):
     tag = f"{name}.{recipe}"
     for i, inp in enumerate(sess.get_inputs()):
         shape = [d if isinstance(d, int) else shapes[d] for d in inp.shape]
+        file = os.path.join(work, f"{tag}.in{i}.npy")
+        if inp.type in ("tensor(int64)", "tensor(int32)"):  # token ids, drawn from the whole vocabulary
+            values = rng.integers(0, case["vocab"], shape).astype(np.int64 if inp.type == "tensor(int64)" else np.int32)
+            feeds[inp.name] = values
+            np.save(file, values)
+            run_cmd += ["--input", f"{inp.name}={file}"]
+            continue
         dtype = ml_dtypes.bfloat16 if note else NP_DTYPES[inp.type]  # the fp32 copy widened bf16 inputs
         values = rng_array(rng, shape).astype(dtype)
         feeds[inp.name] = values.astype(np.float32) if note else values
-        file = os.path.join(work, f"{tag}.in{i}.npy")
         np.save(file, values.astype(np.float32))
         run_cmd += ["--input", f"{inp.name}={file}"]
     expected = sess.run(None, feeds)
@@ -422,6 +428,8 @@ def check(case, recipe, args, work, seed):
     row["rel"] = worst
     fp8 = recipe in QUANTIZED and recipe != "nvfp4"  # (a case's fp8_bound is for E4M3; NVFP4 keeps its own)
     row["bound"] = case.get("fp8_bound", bound_of(recipe, row["dtype"])) if fp8 else bound_of(recipe, row["dtype"])
+    if recipe == "nvfp4" and "nvfp4_bound" in case:
+        row["bound"] = case["nvfp4_bound"]
     row["ok"] = worst <= row["bound"] and (args.backend != "gpu" or (row["gpu_code"] and row["verify"] == "PASS"))
     return row
 
@@ -444,7 +452,7 @@ def corpus_cases(folder):
 # Models of the Hugging Face corpus tec does not compile yet, with the reason; listed as
 # SKIPPED (known gap) on every run, so that the gap stays visible, and never counted as passed.
 HF_KNOWN_GAPS = {
-    "_lm.": "whole causal LMs: the embedding's Gather and the padding mask on run-time values (issue 50)",
+    "_lm.": "whole causal LMs given an attention_mask: the padding mask built on run-time values (issue 50)",
 }
 
 
@@ -463,6 +471,12 @@ def hf_cases(folder):
                 "fp8_bound": 0.12}
         if list(m["inputs"]) == ["x"]:
             case["branch_of"] = "x"
+        if "vocab" in m:
+            case["vocab"] = m["vocab"]
+            # A whole LM chains two decoder layers and the lm_head: seven GEMMs deep, where a layer
+            # is three, so the quantization errors compound (measured 0.08-0.09 under FP8, within
+            # the block bound, and 0.35 under NVFP4 against 0.25 for one layer).
+            case["nvfp4_bound"] = 0.45
         gap = next((why for key, why in HF_KNOWN_GAPS.items() if key in file), None)
         if gap:
             case["gap"] = gap

@@ -118,8 +118,8 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
   }
 }
 
-// The general tensor math the ONNX frontend maps leftovers onto: inference only.
-const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast"};
+// The general tensor math the ONNX frontend maps leftovers onto, and the embedding lookup: inference only.
+const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast", "embedding"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;
@@ -137,7 +137,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 34);
+  CHECK(builtin_ops().all().size() == 35);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -192,6 +192,35 @@ TEST_CASE("general tensor math: shapes follow numpy, values follow the math") {
     CAPTURE(fn);
     CHECK(run_reference("unary", R"({"fn": ")" + fn + R"("})", {host({1}, {x})}).at(0) == doctest::Approx(expected).epsilon(1e-6));
   }
+}
+
+TEST_CASE("embedding: each token id picks its table row; ids must be int32 and inside the table") {
+  Attributes a;
+  a.values["num_embeddings"] = int64_t{3};
+  a.values["embedding_dim"] = int64_t{2};
+  const HostTensor table = host({3, 2}, {0.5f, -1, 2, 3, -4, 8});
+  const auto out = builtin_ops().get("embedding").reference(a, {host({2, 2}, {2, 0, 1, 2}), table}).at(0);
+  CHECK(out.shape == Shape{2, 2, 2});
+  CHECK(out.values == std::vector<float>{-4, 8, 0.5f, -1, 2, 3, -4, 8});
+  for (const float bad : {3.0f, -1.0f}) {
+    const Error e = test::error_of([&] { (void)builtin_ops().get("embedding").reference(a, {host({2}, {0, bad}), table}); });
+    CHECK(e.kind() == ErrorKind::invalid_input);
+    CHECK(std::string(e.what()).find("at position 1 is outside the embedding table's rows [0, 3)") != std::string::npos);
+  }
+  // The graph: int32 ids [B, S] -> [B, S, dim] in the table's dtype; float ids are named.
+  std::string graph = R"({"inputs": [{"name": "ids", "shape": [2, 5], "dtype": "int32"}], "ops": [{"name": "op", "op": "embedding",
+      "inputs": ["ids"], "attrs": {"num_embeddings": 7, "embedding_dim": 4, "dtype": "fp32"}}], "outputs": ["op"]})";
+  auto graphs = test::compile_text(graph);
+  CHECK(test::value_named(graphs.at(0), "op").proto.shape == Shape{2, 5, 4});
+  CHECK(test::value_named(graphs.at(0), "op").proto.dtype == DType::fp32);
+  graph.replace(graph.find(R"("dtype": "int32")"), 16, R"("dtype": "fp32")");
+  const Error e = test::error_of([&] { (void)test::compile_text(graph); });
+  CHECK(std::string(e.what()).find("input 'ids' (the token ids) must be int32, got fp32") != std::string::npos);
+  const Error rows = test::error_of([&] {
+    (void)test::compile_text(R"({"inputs": [{"name": "ids", "shape": [2], "dtype": "int32"}], "ops": [{"name": "op", "op": "embedding",
+        "inputs": ["ids"], "attrs": {"num_embeddings": 0, "embedding_dim": 4}}], "outputs": ["op"]})");
+  });
+  CHECK(std::string(rows.what()).find("num_embeddings must be in [1, 16777216]") != std::string::npos);
 }
 
 TEST_CASE("general tensor math has no backward: train mode says so") {

@@ -113,6 +113,16 @@ class Canonicalizer {
       const auto a = shape_or_constant(n.inputs[0], depth), b = shape_or_constant(n.inputs[1], depth);
       return a && b ? broadcast(*a, *b) : std::nullopt;
     }
+    if (n.op_type == "Gather" && n.inputs.size() == 2) {  // data [..axis.., rest] at indices: [..., indices..., rest]
+      const auto data = shape_or_constant(n.inputs[0], depth), at = shape_or_constant(n.inputs[1], depth);
+      const int64_t rank = data ? static_cast<int64_t>(data->size()) : 0, axis = attr_int_or(n, "axis", 0);
+      if (!data || !at || axis < -rank || axis >= rank) return std::nullopt;
+      const auto split = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+      Dims out(data->begin(), data->begin() + static_cast<std::ptrdiff_t>(split));
+      out.insert(out.end(), at->begin(), at->end());
+      out.insert(out.end(), data->begin() + static_cast<std::ptrdiff_t>(split) + 1, data->end());
+      return out;
+    }
     const auto in = shape_of(n.inputs[0], depth + 1);
     if (!in) return std::nullopt;
     static const std::set<std::string> same_shape = {"Softmax", "Identity", "Cast", "LayerNormalization", "RMSNormalization", "Relu",
@@ -194,7 +204,8 @@ class Canonicalizer {
   static std::optional<Dims> reshaped(const std::optional<Dims>& in, Dims to, bool allowzero) {
     if (!in) return std::nullopt;
     int64_t numel = 1, known = 1;
-    for (int64_t d : *in) numel *= d;
+    for (int64_t d : *in)
+      if (d < 0 || __builtin_mul_overflow(numel, d, &numel)) return std::nullopt;  // (hostile shapes)
     int inferred = -1;
     for (size_t i = 0; i < to.size(); ++i) {
       if (to[i] == 0 && !allowzero) {
@@ -206,8 +217,7 @@ class Canonicalizer {
         inferred = static_cast<int>(i);
         continue;
       }
-      if (to[i] < 1) return std::nullopt;
-      known *= to[i];
+      if (to[i] < 1 || __builtin_mul_overflow(known, to[i], &known)) return std::nullopt;
     }
     if (inferred >= 0) {
       if (known == 0 || numel % known != 0) return std::nullopt;
@@ -269,8 +279,10 @@ class Canonicalizer {
     if ((*to4)[0] != -1 && (*to4)[0] < 1) return;
     const int64_t s = (*to3)[1], d = (*to3)[2], h = (*to4)[1];
     const int64_t b = (*to4)[0] >= 1 ? (*to4)[0] : (*to3)[0] / h;
-    const int64_t a = (*to3)[0] >= 1 ? (*to3)[0] : b * h;
-    if (b < 1 || b * h != a || (*to4)[2] != d || (*to4)[3] != s) return;
+    int64_t bh = 0;
+    if (b < 1 || __builtin_mul_overflow(b, h, &bh)) return;
+    const int64_t a = (*to3)[0] >= 1 ? (*to3)[0] : bh;
+    if (bh != a || (*to4)[2] != d || (*to4)[3] != s) return;
     const Dims heads = {b, h, s, d};
     const int first_index = first->index, mid_index = mid->index;
     if (shape_of(first->inputs[0]) == heads) {

@@ -87,10 +87,14 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Sin", 7, 1, 1, {}, "only where it computes a constant (see Cos)"},
     {"Trilu", 14, 1, 2, {1}, "only where it computes a constant (Hugging Face's causal mask: triu of -inf, then attention's causal "
                          "flag)"},
-    {"Gather", 13, 2, 2, {}, "only where it computes a constant (shape arithmetic)"},
+    {"Gather", 13, 2, 2, {}, "of a constant 2-D float table along axis 0 at run-time indices (an embedding lookup: token ids, "
+                           "an INT64 or INT32 graph input, become int32; an id outside the table is an error at run time) -> "
+                           "tec's embedding; or where it computes a constant (shape arithmetic)"},
+    {"IsNaN", 9, 1, 1, {}, "only as the guard transformers' sdpa attention writes after its softmax, Where(IsNaN(p), 0, p), "
+                         "which changes nothing where no query row has every key masked (no mask, or a causal one)"},
     {"ConstantOfShape", 9, 1, 1, {0}, "folded (torch.onnx's expand: the shape of ones it compares against)"},
     {"Equal", 11, 2, 2, {}, "only where it computes a constant (torch.onnx's expand: Where(Equal(shape, -1), ones, shape))"},
-    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal)"},
+    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal), or as attention's NaN guard (see IsNaN)"},
     {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
                                              "rotary embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
@@ -153,6 +157,9 @@ struct Group {
   // [B, KVH x n, S, D] (GQA), which tec's attention does itself; the Expand's [B, KVH, n, S, D]
   // per tensor (checked against their shapes when emitting), empty where there is none.
   std::vector<int64_t> key_repeat, value_repeat;
+  // The softmax's output passes Where(IsNaN(p), 0, p) (transformers' sdpa): exact only where
+  // no query row has every key masked, which emission checks.
+  bool nan_guard = false;
   std::string describe;         // for the report
 };
 
@@ -455,13 +462,14 @@ class Importer {
     for (const onnx::Node& n : nodes_) {
       const auto i = static_cast<size_t>(n.index);
       if (constant_node_[i] || group_of_[i] >= 0 || !n.domain.empty()) continue;
+      if (n.op_type == "Gather" && is_embedding_lookup(n)) continue;  // emitted as tec's embedding
       if (n.op_type == "Gather" || n.op_type == "Concat")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape" +
                        (n.op_type == "Concat" ? " or in the rotary embedding's rotate_half" : ""));
       else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (rotary "
                                "tables, a causal mask)");
-      else if (n.op_type == "ConstantOfShape" || n.op_type == "Equal" || n.op_type == "Where")
+      else if (n.op_type == "ConstantOfShape" || n.op_type == "Equal" || n.op_type == "Where" || n.op_type == "IsNaN")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (an "
                                "expand's shape)");
       else if (n.op_type == "Softmax")
@@ -1087,10 +1095,14 @@ class Importer {
     const onnx::Node& softmax = node(sm);
     const int64_t axis = attr_int(softmax, "axis", -1);
     if (axis != -1 && axis != rank_of(softmax.inputs[0]) - 1) return;
-    const std::string probs = softmax.outputs[0];
+    std::string probs = softmax.outputs[0];
+    const std::vector<int> guard = nan_guard_of(probs);
+    if (!guard.empty()) probs = node(guard.back()).outputs[0];
     const int pv = sole_consumer(probs, "MatMul");
     if (pv < 0 || node(pv).inputs[0] != probs || is_constant(node(pv).inputs[1])) return;
     Group g{.kind = Group::Kind::attention, .members = {sm, pv}, .root = pv};
+    g.members.insert(g.members.end(), guard.begin(), guard.end());
+    g.nan_guard = !guard.empty();
     g.value = node(pv).inputs[1];
     std::string scores = softmax.inputs[0];
     // + mask: the Add's other operand, beside the scores' chain.
@@ -1140,6 +1152,7 @@ class Importer {
     g.key = k;
     g.describe = "MatMul/Softmax/MatMul attention -> attention";
     if (!g.key_repeat.empty()) g.describe += " (repeat_kv's Expand of the keys and values: GQA)";
+    if (g.nan_guard) g.describe += " (the softmax's NaN guard, Where(IsNaN(p), 0, p), with it)";
     // Heads split from flat tensors on the way in, and merged on the way out: tec's attention
     // reads and writes the flat [B, S, H x D] form, so those Transposes and Reshapes go too.
     const auto sq = head_split_of(g.x), sk = head_split_of(g.key), sv = head_split_of(g.value);
@@ -1165,6 +1178,21 @@ class Importer {
       g.merge_shape = node(flatten).inputs[1];
     }
     add_group(std::move(g));
+  }
+
+  // transformers' sdpa attention after its softmax: Where(IsNaN(p), 0, p), zeroing the rows
+  // whose every key is masked. Returns {IsNaN, Where} when `probs` feeds exactly that, else {}.
+  std::vector<int> nan_guard_of(const std::string& probs) const {
+    const auto& readers = consumers_of(probs);
+    if (readers.size() != 2 || outputs_.count(probs)) return {};
+    const int is_nan = is_op(readers[0], "IsNaN") ? readers[0] : is_op(readers[1], "IsNaN") ? readers[1] : -1;
+    const int where = is_op(readers[0], "Where") ? readers[0] : is_op(readers[1], "Where") ? readers[1] : -1;
+    if (is_nan < 0 || where < 0 || !internal(node(is_nan).outputs[0])) return {};
+    const auto& in = node(where).inputs;
+    if (in[0] != node(is_nan).outputs[0] || in[2] != probs || !known_.count(in[1])) return {};
+    const Tensor& zero = *known_.at(in[1]);
+    if (!zero.is_float() || zero.numel() != 1 || zero.at(0) != 0.0) return {};
+    return {is_nan, where};
   }
 
   // The constant ints of a Slice's input `i` (starts, ends, axes, steps); nullopt if absent or
@@ -1279,9 +1307,16 @@ class Importer {
     for (const auto& in : m_.inputs) {
       const ErrorContext ctx{"onnx", in.name, "", m_.file + " graph input '" + in.name + "'"};
       TEC_UNSUPPORTED_CHECK(in.elem_type >= 0, ctx) << "input '" << in.name << "' is not a tensor";
-      TEC_UNSUPPORTED_CHECK(tec_dtype(in.elem_type).has_value(), ctx)
-          << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
-          << "; tec takes FLOAT, FLOAT16 and BFLOAT16 inputs";
+      if (is_integer_input(in.elem_type)) {
+        TEC_UNSUPPORTED_CHECK(read_as_token_ids(in.name, 0), ctx)
+            << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
+            << "; tec takes integer inputs only as the token ids of embedding lookups (Gather of a constant table), and this "
+               "one is read otherwise";
+      } else {
+        TEC_UNSUPPORTED_CHECK(tec_dtype(in.elem_type).has_value(), ctx)
+            << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
+            << "; tec takes FLOAT, FLOAT16 and BFLOAT16 inputs, and INT64 or INT32 token ids";
+      }
       TEC_USER_CHECK(in.has_shape, ctx) << "input '" << in.name << "' has no shape; tec needs every input's rank";
       for (size_t d = 0; d < in.dims.size(); ++d) {
         if (in.dims[d].value >= 1) continue;
@@ -1410,6 +1445,48 @@ class Importer {
     Attributes a;
     a.values["shape"] = dims;
     return emit(e, src, "reshape", {v}, a, {}, out);
+  }
+
+  static bool is_integer_input(int32_t elem_type) { return elem_type == onnx::kInt64 || elem_type == onnx::kInt32; }
+
+  // Whether every reader of `v` takes it as an embedding lookup's indices, through views
+  // (Reshape, Squeeze, Unsqueeze, Flatten, Identity: the exporters flatten token ids first).
+  bool read_as_token_ids(const std::string& v, int depth) const {
+    static const std::set<std::string> views = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"};
+    const auto readers = consumers_.find(v);
+    if (readers == consumers_.end() || readers->second.empty() || depth > 8 || outputs_.count(v)) return false;
+    for (int r : readers->second) {
+      const onnx::Node& n = node(r);
+      const bool lookup = is_embedding_lookup(n) && n.inputs[1] == v && n.inputs[0] != v;
+      const bool view = n.domain.empty() && views.count(n.op_type) && n.inputs[0] == v && read_as_token_ids(n.outputs[0], depth + 1);
+      if (!lookup && !view) return false;
+    }
+    return true;
+  }
+
+  // Gather of a constant table at run-time indices along axis 0: an embedding lookup.
+  bool is_embedding_lookup(const onnx::Node& n) const {
+    if (n.op_type != "Gather" || !n.domain.empty() || n.inputs.size() != 2) return false;
+    const int64_t axis = attr_int(n, "axis", 0);
+    return (axis == 0 || axis == -2) && is_constant(n.inputs[0]) && !is_constant(n.inputs[1]);
+  }
+
+  void emit_embedding(Env& e, const onnx::Node& n) {
+    const ErrorContext ctx = node_ctx(n);
+    TEC_UNSUPPORTED_CHECK(is_embedding_lookup(n), ctx) << "Gather on run-time data is not supported (tec takes a constant table's rows)";
+    const Tensor& table = *e.consts.at(n.inputs[0]);
+    TEC_UNSUPPORTED_CHECK(table.dims.size() == 2 && table.is_float(), ctx)
+        << "an embedding lookup reads a 2-D float table; '" << n.inputs[0] << "' is " << onnx::elem_type_name(table.elem_type)
+        << " of rank " << table.dims.size();
+    const ValueId ids = runtime(e, n.inputs[1], n);
+    TEC_UNSUPPORTED_CHECK(e.g.value(ids).proto.dtype == DType::int32, ctx)
+        << "the indices '" << n.inputs[1] << "' are computed at run time from floats; tec takes token ids from an INT64 or INT32 "
+        << "graph input";
+    Attributes a;
+    a.values["num_embeddings"] = table.dims[0];
+    a.values["embedding_dim"] = table.dims[1];
+    a.values["dtype"] = std::string(to_string(tec_dtype(table.elem_type).value_or(DType::fp32)));
+    e.runtime[n.outputs[0]] = emit(e, n, "embedding", {ids}, a, {table.floats}, n.outputs[0]);
   }
 
   static std::vector<float> transposed(const Tensor& w) {  // [K, N] -> [N, K]
@@ -1608,6 +1685,18 @@ class Importer {
     return true;
   }
 
+  // Whether some row of a constant additive mask masks every key (all at most -1e4).
+  static bool masks_a_whole_row(const Tensor& m) {
+    if (m.dims.empty() || !m.is_float()) return true;
+    const int64_t keys = m.dims.back(), rows = keys > 0 ? m.numel() / keys : 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      bool all = true;
+      for (int64_t j = 0; j < keys && all; ++j) all = m.at(static_cast<size_t>(r * keys + j)) <= -1e4;
+      if (all) return true;
+    }
+    return false;
+  }
+
   // Whether reshaping [d0, d1, d2] by the ONNX shape `dims` (0 copies a dim, -1 is inferred)
   // gives `want`.
   static bool reshapes_to(const Shape& from, const std::vector<int64_t>& dims, const std::vector<int64_t>& want) {
@@ -1756,6 +1845,12 @@ class Importer {
         a.values["causal"] = true;
       else
         mask = operand(e, grp.mask, e.g.value(q).proto.dtype, root);
+      // tec's attention gives NaN, not the guard's zeros, for a row whose every key is masked.
+      TEC_UNSUPPORTED_CHECK(!grp.nan_guard || a.get_bool("causal", false) || (e.consts.count(grp.mask) && !masks_a_whole_row(*e.consts.at(grp.mask))),
+                            ctx)
+          << "the softmax's output passes a NaN guard, Where(IsNaN(p), 0, p), and the mask '" << grp.mask
+          << "' is computed at run time (a padding mask from the inputs): tec cannot yet tell whether a query row has every "
+             "key masked, where the guard gives zeros";
     }
     if (grp.heads > 0) {
       a.values["heads"] = grp.heads;
@@ -2114,6 +2209,7 @@ class Importer {
       return;
     }
     if (op == "Gemm") return emit_gemm(e, n);
+    if (op == "Gather") return emit_embedding(e, n);
     if (op == "Attention") return emit_attention(e, n);
     if (op == "LayerNormalization" || op == "RMSNormalization") return emit_norm(e, n, op == "LayerNormalization");
     if (op == "ReduceMean") {
@@ -2204,8 +2300,9 @@ class Importer {
       for (const auto& d : in.dims) dims.push_back(d.value >= 1 ? d.value : profile.at(d.param));
       Shape s(dims);
       with_context(ErrorContext{"onnx", in.name, "", v.source}, [&] { (void)s.numel(); });
-      v.proto = TensorProto::dense(std::move(s), *tec_dtype(in.elem_type));
-      v.proto.requires_grad = opt_.mode == Mode::train;
+      // Token ids travel as int32 (te-run and the runtime take INT64 ids and narrow them).
+      v.proto = TensorProto::dense(std::move(s), is_integer_input(in.elem_type) ? DType::int32 : *tec_dtype(in.elem_type));
+      v.proto.requires_grad = opt_.mode == Mode::train && !is_integer_input(in.elem_type);
       const ValueId id = e.g.add_value(std::move(v));
       e.runtime[in.name] = id;
       e.g.inputs.push_back(id);
