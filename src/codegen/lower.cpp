@@ -862,6 +862,7 @@ class StepLowering {
     if (first.op == "moe_permute") return lower_moe_permute(first);
     if (first.op == "moe_unpermute") return lower_moe_unpermute(first);
     if (first.op == "embedding") return lower_embedding(first);
+    if (first.op == "sequence_lengths") return lower_sequence_lengths(first);
     if (first.op == "attention") return lower_attention(first);
     // A bias may carry the residual add after it (the fusion pass's [bias, add]); then a quantize.
     const Node* residual_add = first.op == "bias" && step_.nodes.size() >= 2 && node(1).op == "add" ? &node(1) : nullptr;
@@ -1620,6 +1621,25 @@ class StepLowering {
     p.inputs = {buf(data(table)), buf(data(ids)), {}};
     p.more[0] = status_bit(TEC_STATUS_BAD_TOKEN_ID);
     emit_row(p, output(n));
+  }
+
+  // Each sequence's length from a padding mask, a thread per sequence (kernels/attention_stats.cu).
+  void lower_sequence_lengths(const Node& n) {
+    require_single_node(n);
+    const Value& mask = input(n, 0);
+    const int64_t batch = mask.proto.shape[0];
+    Launch l;
+    l.kind = Launch::Kind::kernel;
+    l.step = index_;
+    l.module = modules_.add(KernelRequest{"attention_stats.cu",
+                                          {"TEC_BATCH=" + std::to_string(batch) + "LL", "TEC_SEQ=" + std::to_string(mask.proto.shape[1]) + "LL",
+                                           "TEC_ROWS=1LL", "TEC_HEADS=1LL"},
+                                          ""});
+    l.entry = "tec_sequence_lengths";
+    l.grid = {(batch + 255) / 256, 1, 1};
+    l.block = {256, 1, 1};
+    l.args = {buf(data(mask)), buf(data(output(n))), status_bit(TEC_STATUS_BAD_PADDING)};
+    out_.push_back(std::move(l));
   }
 
   // The router-weighted sum of each token's k expert rows: row kernel producer 20.

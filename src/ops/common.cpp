@@ -17,6 +17,7 @@ const OpRegistry& builtin_ops() {
     register_optimizer_ops(r);
     register_moe_ops(r);
     register_embedding_ops(r);
+    register_sequence_lengths_ops(r);
     register_attention_ops(r);
     register_collective_ops(r);
     return r;

@@ -19,6 +19,7 @@ void register_tensor_math_ops(OpRegistry& registry);
 void register_optimizer_ops(OpRegistry& registry);
 void register_moe_ops(OpRegistry& registry);
 void register_embedding_ops(OpRegistry& registry);
+void register_sequence_lengths_ops(OpRegistry& registry);
 void register_attention_ops(OpRegistry& registry);
 void register_collective_ops(OpRegistry& registry);
 

@@ -4,6 +4,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <set>
 #include <utility>
 #include <variant>
 
@@ -231,19 +232,43 @@ void Session::set_input(const std::string& name, const HostTensor& values) {
   store(t, std::move(rounded));
 }
 
-HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype) {
+std::vector<const plan::Op*> integer_input_readers(const plan::Profile& profile, const std::string& input) {
+  std::vector<const plan::Op*> readers;
+  std::set<std::string> reads{input};  // the input and its reshapes (views of the same values)
+  for (const plan::Step& step : profile.steps)
+    for (const plan::Op& op : step.ops) {
+      if (op.backward || op.inputs.empty() || !reads.count(op.inputs[0])) continue;
+      if (op.op == "reshape" || op.op == "identity") reads.insert(op.outputs.begin(), op.outputs.end());
+      if (op.op == "embedding" || op.op == "sequence_lengths") readers.push_back(&op);
+    }
+  return readers;
+}
+
+HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype, const plan::Profile* profile) {
   std::vector<float> values = random_weight(seed, name, shape.numel(), 0.0f, 1.0f);
-  // An int32 input (routing given from outside) gets 0 or 1: expert indices valid for any
-  // layer of two or more experts; m_splits need real values (te-run --input).
-  if (dtype == DType::int32)
-    for (float& v : values) v = v > 0.0f ? 1.0f : 0.0f;
+  if (dtype != DType::int32) return HostTensor{shape, std::move(values)};
+  // An int32 input gets values valid for what reads it: token ids over the whole table, a
+  // padding mask of whole sequences; routing given from outside 0 or 1 (expert indices valid
+  // for any layer of two or more experts; m_splits need real values: te-run --input).
+  const auto readers = profile ? integer_input_readers(*profile, name) : std::vector<const plan::Op*>{};
+  int64_t rows = 0;
+  bool padding = false;
+  for (const plan::Op* op : readers) {
+    if (op->op == "sequence_lengths") padding = true;
+    else rows = rows == 0 ? op->attrs.get_int("num_embeddings", 0) : std::min(rows, op->attrs.get_int("num_embeddings", 0));
+  }
+  for (float& v : values) {
+    const double uniform = 0.5 * (1.0 + std::erf(static_cast<double>(v) / std::sqrt(2.0)));  // N(0, 1) -> U(0, 1)
+    v = padding ? 1.0f : rows > 0 ? static_cast<float>(std::min(rows - 1, static_cast<int64_t>(uniform * static_cast<double>(rows))))
+                                  : (v > 0.0f ? 1.0f : 0.0f);
+  }
   return HostTensor{shape, std::move(values)};
 }
 
 void Session::randomize_inputs(uint64_t seed) {
   for (const std::string& name : profile_.inputs) {
     const plan::Tensor& t = tensor_named(profile_, name);
-    set_input(name, random_input(seed, name, t.proto.shape, t.proto.dtype));
+    set_input(name, random_input(seed, name, t.proto.shape, t.proto.dtype, &profile_));
   }
 }
 
@@ -508,7 +533,7 @@ void RankGroup::set_input(const std::string& name, const HostTensor& whole) {
 
 void RankGroup::randomize_inputs(uint64_t seed) {
   for (const std::string& name : profile_.inputs)
-    set_input(name, random_input(seed, name, whole_shape(name), tensor_named(profile_, name).proto.dtype));
+    set_input(name, random_input(seed, name, whole_shape(name), tensor_named(profile_, name).proto.dtype, &profile_));
 }
 
 void RankGroup::run(const std::function<void(size_t step)>& after_step) {

@@ -113,6 +113,9 @@ Shape whole_shape(const plan::Plan& plan, const plan::Profile& profile, const st
 
 // Seeded N(0, 1) values of an input's shape, rounded later when stored (an int32 input gets
 // 0 or 1; see Session::randomize_inputs).
-HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype);
+HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype, const plan::Profile* profile = nullptr);
+// The ops that read an int32 input, through reshapes: an embedding (token ids) or
+// sequence_lengths (a padding mask); empty for routing data.
+std::vector<const plan::Op*> integer_input_readers(const plan::Profile& profile, const std::string& input);
 
 }  // namespace tec::reference

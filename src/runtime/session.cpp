@@ -1033,7 +1033,8 @@ void Session::check_status(cudaStream_t stream) const {
       {TEC_STATUS_BAD_EXPERT, "an expert index outside [0, num_experts)"},
       {TEC_STATUS_BAD_SPLITS, "m_splits negative or not summing to the rows"},
       {TEC_STATUS_BAD_ROW_MAP, "a row map entry outside the expert outputs' rows"},
-      {TEC_STATUS_BAD_TOKEN_ID, "a token id outside the embedding table's rows (its output rows are zeros)"}};
+      {TEC_STATUS_BAD_TOKEN_ID, "a token id outside the embedding table's rows (its output rows are zeros)"},
+      {TEC_STATUS_BAD_PADDING, "a padding mask row that is not ones then zeros (tec's attention takes right-padded sequences)"}};
   std::string what;
   for (const auto& [bit, meaning] : kMeaning) {
     if (!(bits & bit)) continue;
@@ -1044,7 +1045,7 @@ void Session::check_status(cudaStream_t stream) const {
   }
   throw Error(ErrorKind::invalid_input, ctx("run"),
               "the last run read index data out of range, so its results are not valid: " + what +
-                  ". The kernels read and wrote nothing out of bounds; fix the inputs (routing, token ids) and run again");
+                  ". The kernels read and wrote nothing out of bounds; fix the inputs (routing, token ids, padding masks) and run again");
 }
 
 std::vector<uint8_t> Session::download_arena(cudaStream_t stream) const {

@@ -369,6 +369,27 @@ def main():
         "has shape [2, 16], the file holds [2, 8]")
     np.save(J("ids_ok.npy"), ids)
     run("token ids in range run", [te_run, lm, "--backend", "cpu", "--input", f"input_ids={J('ids_ok.npy')}"], 0, "logits")
+    masked = J("lm_masked.teplan")
+    subprocess.run([compile_, os.path.join(a.source, "tests", "onnx", "hf_corpus", "llama_lm.sdpa.dynamo.onnx"), "-q", "-o", masked],
+                   check=True)
+    np.save(J("ids_ok.npy"), ids)
+    for label, row, text in [("left padding", [0, 0, 0] + [1] * 13, "holds 1 at [1, 3] after 0 leading ones"),
+                             ("a hole", [1] * 5 + [0] + [1] * 10, "holds 1 at [1, 6] after 5 leading ones"),
+                             ("a 2", [1, 2] + [0] * 14, "holds 2 at [1, 1] after 1 leading ones")]:
+        mask = np.ones((2, 16), dtype=np.int64)
+        mask[1] = row
+        np.save(J("mask.npy"), mask)
+        run(f"an attention_mask with {label} is named", [te_run, masked, "--backend", "cpu", "--input", f"input_ids={J('ids_ok.npy')}",
+                                                         "--input", f"attention_mask={J('mask.npy')}"], 3, text)
+    mask = np.ones((2, 16), dtype=np.int64)
+    mask[1, 9:] = 0
+    np.save(J("mask.npy"), mask)
+    run("a right-padded attention_mask runs", [te_run, masked, "--backend", "cpu", "--input", f"input_ids={J('ids_ok.npy')}",
+                                               "--input", f"attention_mask={J('mask.npy')}"], 0, "logits")
+    np.save(J("mask_short.npy"), mask[:, :8])
+    run("an attention_mask of another shape is refused", [te_run, masked, "--backend", "cpu", "--input",
+                                                          f"attention_mask={J('mask_short.npy')}"], 3, "has shape [2, 16], the file holds [2, 8]")
+    run("the LM runs on random inputs (whole sequences, ids over the vocabulary)", [te_run, masked, "--backend", "cpu"], 0, "logits")
     ids_input = h.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])
     misuse = h.make_model(h.make_graph([h.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
                                         h.make_node("MatMul", ["f", "table_t"], ["y"])], "g", [ids_input],

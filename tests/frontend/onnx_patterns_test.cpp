@@ -246,32 +246,46 @@ TEST_CASE("every decoder layer of the Hugging Face corpus becomes TE ops, and ha
   CHECK(canonical_forms.size() >= 2);
 }
 
-TEST_CASE("a whole causal LM of the Hugging Face corpus, given token ids, becomes TE ops from the embedding to the logits") {
+TEST_CASE("a whole causal LM of the Hugging Face corpus becomes TE ops from the embedding to the logits, its attention_mask "
+          "the attention's sequence lengths") {
   const std::string folder = test::source_dir() + "/tests/onnx/hf_corpus";
   const auto manifest = nlohmann::json::parse(test::read_text(folder + "/manifest.json"));
   int lms = 0;
   for (const auto& [file, m] : manifest["models"].items()) {
-    if (!m.contains("file") || file.find("_lm_ids.") == std::string::npos) continue;
+    if (!m.contains("file") || file.find("_lm") == std::string::npos) continue;
     ++lms;
     CAPTURE(file);
-    const bool gpt2 = file.rfind("gpt2", 0) == 0;
+    const bool gpt2 = file.rfind("gpt2", 0) == 0, masked = file.find("_lm_ids.") == std::string::npos;
     for (RecipeKind recipe : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::nvfp4}) {
       CAPTURE(to_string(recipe));
       const CompileResult r = compile_model(folder + "/" + file, recipe, "lower");
       std::multiset<std::string> ops;
-      for (const Node& n : r.profiles.at(0).graph.nodes) ops.insert(n.op);
+      for (const Node& n : r.profiles.at(0).graph.nodes) {
+        ops.insert(n.op);
+        if (n.op != "attention") continue;
+        CHECK(n.attrs.get_bool("causal", false));
+        CHECK(n.inputs.size() == (masked ? 4u : 3u));  // the padding mask: each sequence's length
+        if (masked) CHECK(n.attrs.get_string("mask", "") == "padding");
+      }
       CHECK_MESSAGE(r.profiles.at(0).gpu.supported, r.profiles.at(0).gpu.reason);
       CHECK(ops.count("embedding") == 1);
+      CHECK(ops.count("sequence_lengths") == (masked ? 1u : 0u));  // one for both layers
       CHECK(ops.count("attention") == 2);  // two layers, each with transformers' NaN guard after its softmax
       CHECK(ops.count(gpt2 ? "layernorm" : "rmsnorm") == 5);  // two per layer and the final norm
       CHECK(ops.count(gpt2 ? "gelu" : "swiglu") == 2);
       CHECK(ops.count("linear") == 13);  // six per layer (GPT-2's c_attn as three) and the lm_head
       for (const std::string general : {"matmul", "unary", "reduce_mean"}) CHECK_MESSAGE(ops.count(general) == 0, "a leftover '" << general << "' op");
-      const Value& ids = r.profiles.at(0).graph.value(r.profiles.at(0).graph.inputs.at(0));
-      CHECK(ids.proto.dtype == DType::int32);  // the model's INT64 ids, narrowed
+      for (ValueId in : r.profiles.at(0).graph.inputs) CHECK(r.profiles.at(0).graph.value(in).proto.dtype == DType::int32);  // INT64, narrowed
+      int mask_nodes = 0;  // the nodes that make the mask from attention_mask (the rest fold: the causal triangle)
+      for (const auto& n : r.onnx_nodes) {
+        mask_nodes += n.became.find("part of attention's padding mask from input 'attention_mask'") != std::string::npos;
+        if ((n.op_type == "And" || n.op_type == "Where") && n.became.find("folded") == std::string::npos)
+          CHECK_MESSAGE(n.became.find("attention") != std::string::npos, n.op_type << ": " << n.became);
+      }
+      CHECK((mask_nodes > 0) == masked);
     }
   }
-  CHECK(lms == 3);
+  CHECK(lms == 9);  // Llama, Qwen2, GPT-2: given token ids (dynamo), and an attention_mask (dynamo, legacy)
 }
 
 TEST_CASE("transformers' NaN guard after the softmax goes with the attention only where no row can be wholly masked") {
@@ -310,6 +324,57 @@ TEST_CASE("transformers' NaN guard after the softmax goes with the attention onl
   CHECK(attention == 1);
   for (const auto& n : r.onnx_nodes)
     if (n.node == "is_nan" || n.node == "guard") CHECK_MESSAGE(n.became.find("NaN guard") != std::string::npos, n.became);
+}
+
+TEST_CASE("a mask made at run time from an integer input is taken by what it computes: the key padding, or named") {
+  // Where(Unsqueeze(Cast(attention_mask, BOOL)), 0, -inf) added to the scores: the key padding
+  // of a bidirectional layer (BERT's); the same with 0 and -inf swapped masks the tokens instead.
+  auto model = [](bool padding) {
+    ModelBuilder b(18);
+    for (const char* t : {"q", "k", "v"}) b.input(t, {2, 2, 8, 16});
+    auto* am = b.g->add_input();
+    ModelBuilder::tensor_type(am, "attention_mask", {2, 8});
+    am->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
+    b.output("y", {2, 2, 8, 16});
+    b.floats("scale", {}, {0.25f});
+    b.floats("zero", {}, {0.0f});
+    b.floats("lowest", {}, {-INFINITY});
+    auto* axes = b.g->add_initializer();
+    axes->set_name("axes");
+    axes->set_data_type(::onnx::TensorProto::INT64);
+    axes->add_dims(2);
+    axes->add_int64_data(1);
+    axes->add_int64_data(2);
+    ModelBuilder::attr(b.node("Cast", {"attention_mask"}, "keep", "to_bool"), "to", ::onnx::TensorProto::BOOL);
+    b.node("Unsqueeze", {"keep", "axes"}, "keep4", "unsqueeze");
+    b.node("Where", {"keep4", padding ? "zero" : "lowest", padding ? "lowest" : "zero"}, "mask", "additive");
+    auto* t = b.node("Transpose", {"k"}, "kt", "k_t");
+    auto* perm = t->add_attribute();
+    perm->set_name("perm");
+    perm->set_type(::onnx::AttributeProto::INTS);
+    for (int64_t d : {0, 1, 3, 2}) perm->add_ints(d);
+    b.node("MatMul", {"q", "kt"}, "s", "qk");
+    b.node("Mul", {"s", "scale"}, "ss", "scaled");
+    b.node("Add", {"ss", "mask"}, "sm", "masked");
+    b.node("Softmax", {"sm"}, "p", "softmax");
+    b.node("MatMul", {"p", "v"}, "y", "pv");
+    return b.save(padding ? "key_padding.onnx" : "not_padding.onnx");
+  };
+  const CompileResult r = compile_model(model(true), RecipeKind::bf16, "frontend");
+  int attention = 0;
+  for (const Node& n : r.profiles.at(0).graph.nodes) {
+    if (n.op != "attention") continue;
+    ++attention;
+    CHECK_FALSE(n.attrs.get_bool("causal", true));  // bidirectional: every token sees its sequence's tokens
+    CHECK(n.attrs.get_string("mask", "") == "padding");
+    CHECK(r.profiles.at(0).graph.value(n.inputs.at(3)).name == "attention_mask.lengths");
+  }
+  CHECK(attention == 1);
+  const Error e = test::error_of([&] { (void)compile_model(model(false), RecipeKind::bf16, "frontend"); });
+  CHECK(e.kind() == ErrorKind::unsupported);
+  CHECK_MESSAGE(std::string(e.what()).find("the attention's mask 'mask' is computed at run time from input 'attention_mask' and is no "
+                                           "padding mask tec knows") != std::string::npos,
+                e.what());
 }
 
 TEST_CASE("Hugging Face's layer: Cos, Sin, MatMul and Trilu of constants fold, and the softmax's fp32 round trip is skipped") {

@@ -10,8 +10,9 @@
 //   is reported whenever the results are read, until the next run; the next good run is fine;
 // - training (every training recipe; a bias per expert) through the same four routings: the backward's kernel
 //   steps bit for bit, the grouped dgrad and wgrad within bounds, 100 replays of one graph.
-// And the other index data given from outside, token ids (TEC_GPU_TEST_ONLY=embedding): the
-// embedding's rows exact, ids outside the table reported as hostile routing is.
+// And the other index data given from outside (TEC_GPU_TEST_ONLY=embedding): token ids, the
+// embedding's rows exact, ids outside the table reported as hostile routing is; padding masks,
+// attention within bf16's bound, masks that are not right-padded reported.
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -426,13 +427,57 @@ int token_ids_case(const std::string& arch, cudaStream_t stream) {
   return failures;
 }
 
+// A padding mask given from outside (transformers' attention_mask): right-padded rows of
+// several lengths, attention within bf16's bound of the CPU reference; then rows that are not
+// ones-then-zeros, reported; then a good run.
+int padding_mask_case(const std::string& arch, cudaStream_t stream) {
+  const std::string model = R"({"name": "padded", "dtype": "bf16", "inputs": [{"name": "x", "shape": [3, 64, 128]},
+      {"name": "mask", "shape": [3, 64], "dtype": "int32"}],
+    "ops": [{"name": "lengths", "op": "sequence_lengths", "inputs": ["mask"]},
+            {"name": "att", "op": "attention", "inputs": ["x", "x", "x", "lengths"], "attrs": {"heads": 2, "head_dim": 64, "causal": true}}],
+    "outputs": ["att"]})";
+  const auto plan = compile_plan(write_model("padding_mask", model), RecipeKind::bf16, arch);
+  Bench b(plan, 0, stream);
+  b.inputs.randomize_inputs(2);
+  auto mask_of = [&](std::vector<int> lengths, int hole) {
+    std::vector<float> mask(3 * 64, 0.0f);
+    for (int r = 0; r < 3; ++r)
+      for (int j = 0; j < lengths[static_cast<size_t>(r)]; ++j) mask[static_cast<size_t>(r * 64 + j)] = 1.0f;
+    if (hole >= 0) mask[static_cast<size_t>(64 + hole)] = 1.0f - mask[static_cast<size_t>(64 + hole)];
+    b.inputs.set_input("mask", HostTensor{Shape{3, 64}, mask});
+  };
+  mask_of({64, 17, 1}, -1);
+  const double error = b.replay_error("att");
+  int failures = error < 0.02 ? 0 : 1;
+  std::printf("  padding mask of lengths 64, 17, 1: attention ||gpu-cpu||/||cpu|| %.2e (bound 0.02)%s\n", error, error < 0.02 ? "" : "  FAIL");
+  for (const int hole : {3, 40}) {  // a zero among the ones (left padding's kind), a one among the zeros
+    mask_of({64, 17, 1}, hole);
+    b.upload_inputs();
+    b.gpu.run(stream);
+    std::string refused;
+    try {
+      (void)b.gpu.download_arena(stream);
+    } catch (const Error& e) {
+      refused = e.message();
+    }
+    const bool ok = refused.find("a padding mask row that is not ones then zeros") != std::string::npos;
+    failures += ok ? 0 : 1;
+    std::printf("  padding mask with a hole at %d: %s%s\n", hole, refused.empty() ? "NOT REPORTED" : "reported", ok ? "" : "  FAIL");
+  }
+  mask_of({30, 64, 5}, -1);
+  const double after = b.replay_error("att");
+  failures += after < 0.02 ? 0 : 1;
+  std::printf("  a good padding mask after them: %.2e%s\n", after, after < 0.02 ? "" : "  FAIL");
+  return failures;
+}
+
 }  // namespace
 
 int embedding_test(const std::string& arch) {
-  std::printf("an embedding lookup with token ids given from outside:\n");
+  std::printf("token ids and padding masks given from outside:\n");
   cudaStream_t stream;
   CHECK_CUDA(cudaStreamCreate(&stream));
-  const int failures = token_ids_case(arch, stream);
+  const int failures = token_ids_case(arch, stream) + padding_mask_case(arch, stream);
   CHECK_CUDA(cudaStreamDestroy(stream));
   return failures;
 }

@@ -119,7 +119,8 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
 }
 
 // The general tensor math the ONNX frontend maps leftovers onto, and the embedding lookup: inference only.
-const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast", "embedding"};
+const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast", "embedding",
+                                              "sequence_lengths"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;
@@ -137,7 +138,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 35);
+  CHECK(builtin_ops().all().size() == 36);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -221,6 +222,24 @@ TEST_CASE("embedding: each token id picks its table row; ids must be int32 and i
         "inputs": ["ids"], "attrs": {"num_embeddings": 0, "embedding_dim": 4}}], "outputs": ["op"]})");
   });
   CHECK(std::string(rows.what()).find("num_embeddings must be in [1, 16777216]") != std::string::npos);
+}
+
+TEST_CASE("sequence_lengths: a right-padded mask's rows give their lengths; any other row is named") {
+  const auto& def = builtin_ops().get("sequence_lengths");
+  CHECK(def.reference({}, {host({3, 4}, {1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0})}).at(0).values == std::vector<float>{4, 1, 0});
+  for (const auto& [row, at] : std::vector<std::pair<std::vector<float>, std::string>>{{{0, 1, 1, 1}, "holds 1 at 1 after 0"},
+                                                                                        {{1, 0, 1, 0}, "holds 1 at 2 after 1"},
+                                                                                        {{1, 2, 0, 0}, "holds 2 at 1 after 1"}}) {
+    const Error e = test::error_of([&] { (void)def.reference({}, {host({1, 4}, row)}); });
+    CHECK(e.kind() == ErrorKind::invalid_input);
+    CHECK_MESSAGE(std::string(e.what()).find("padding mask row 0 " + at + " leading ones; tec's attention takes right-padded") !=
+                      std::string::npos,
+                  e.what());
+  }
+  auto graphs = test::compile_text(R"({"inputs": [{"name": "mask", "shape": [2, 5], "dtype": "int32"}], "ops": [{"name": "op",
+      "op": "sequence_lengths", "inputs": ["mask"]}], "outputs": ["op"]})");
+  CHECK(test::value_named(graphs.at(0), "op").proto.shape == Shape{2});
+  CHECK(test::value_named(graphs.at(0), "op").proto.dtype == DType::int32);
 }
 
 TEST_CASE("general tensor math has no backward: train mode says so") {

@@ -43,7 +43,11 @@ bool foldable(const std::string& op) {
                                             // an exporter's mask.expand(batch, 1, S, S) of a constant mask
                                             "Expand",
                                             // shape arithmetic: shape[:-2] and the like
-                                            "Slice"};
+                                            "Slice",
+                                            // a padding mask's arithmetic, evaluated at probe masks
+                                            // (onnx_mask_probe.h): comparisons, logic, GatherND
+                                            "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
+                                            "GatherND"};
   return ops.count(op) != 0;
 }
 
@@ -199,6 +203,47 @@ Tensor via_reference(const std::string& op, Attributes attrs, const std::vector<
   return t;
 }
 
+// ONNX GatherND: index tuples of length r in the last dim of `indices` pick slices of `data`
+// (batch_dims leading dims shared).
+Tensor gather_nd(const Tensor& data, const Tensor& indices, int64_t batch_dims) {
+  const auto rank = static_cast<int64_t>(data.dims.size()), index_rank = static_cast<int64_t>(indices.dims.size());
+  TEC_USER_CHECK(index_rank >= 1 && batch_dims >= 0 && batch_dims < std::min(rank, index_rank), {})
+      << "GatherND with batch_dims " << batch_dims << " of data rank " << rank << " and indices rank " << index_rank;
+  const int64_t tuple = indices.dims.back();
+  TEC_USER_CHECK(tuple >= 1 && tuple <= rank - batch_dims, {}) << "GatherND's index tuples have " << tuple << " entries for data of rank " << rank;
+  for (int64_t d = 0; d < batch_dims; ++d)
+    TEC_USER_CHECK(data.dims[static_cast<size_t>(d)] == indices.dims[static_cast<size_t>(d)], {}) << "GatherND's batch dims differ";
+  int64_t batches = 1, slice = 1;
+  for (int64_t d = 0; d < batch_dims; ++d) batches *= data.dims[static_cast<size_t>(d)];
+  for (int64_t d = batch_dims + tuple; d < rank; ++d) slice *= data.dims[static_cast<size_t>(d)];
+  Tensor t;
+  t.elem_type = data.elem_type;
+  t.dims.assign(indices.dims.begin(), indices.dims.end() - 1);
+  t.dims.insert(t.dims.end(), data.dims.begin() + batch_dims + tuple, data.dims.end());
+  check_folded_size(Shape(t.dims), {&data, &indices});
+  const std::vector<int64_t> idx = as_ints(indices);
+  const int64_t tuples = static_cast<int64_t>(idx.size()) / tuple, per_batch = tuples / batches;
+  int64_t batch_stride = 1;
+  for (int64_t d = batch_dims; d < rank; ++d) batch_stride *= data.dims[static_cast<size_t>(d)];
+  for (int64_t q = 0; q < tuples; ++q) {
+    int64_t offset = (q / per_batch) * batch_stride, stride = batch_stride;
+    for (int64_t k = 0; k < tuple; ++k) {
+      const int64_t extent = data.dims[static_cast<size_t>(batch_dims + k)];
+      int64_t i = idx[static_cast<size_t>(q * tuple + k)];
+      i = i < 0 ? i + extent : i;
+      TEC_USER_CHECK(i >= 0 && i < extent, {}) << "GatherND index " << idx[static_cast<size_t>(q * tuple + k)] << " is out of range for dim " << extent;
+      stride /= extent;
+      offset += i * stride;
+    }
+    for (int64_t e = 0; e < slice; ++e) {
+      const auto src = static_cast<size_t>(offset + e);
+      if (data.is_float()) t.floats.push_back(data.floats.at(src));
+      else t.ints.push_back(data.ints.at(src));
+    }
+  }
+  return t;
+}
+
 Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shape_checked(Shape(a.dims), Shape(b.dims), {});
   const auto ia = broadcast_index(Shape(a.dims), shape), ib = broadcast_index(Shape(b.dims), shape);
@@ -219,8 +264,10 @@ Tensor integer_binary(const std::string& fn, const Tensor& a, const Tensor& b) {
 
 // (De)quantization of a constant: the scale index of every element (scalar, per axis, or
 // blocked along the axis).
-std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& scale) {
+std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
   TEC_USER_CHECK(scale.is_float(), {}) << n.op_type << " scale must be a float tensor";
+  TEC_USER_CHECK(!zp || zp->numel() == 1 || zp->dims == scale.dims, {})
+      << n.op_type << " zero point has dims " << Shape(zp->dims).str() << "; it takes the scale's, " << Shape(scale.dims).str();
   std::vector<size_t> idx(static_cast<size_t>(x.numel()), 0);
   if (scale.numel() == 1) return idx;
   const int64_t axis = axis_of(attr_int(n, "axis", 1), x.dims.size(), "axis");
@@ -256,7 +303,7 @@ std::vector<size_t> scale_index(const Node& n, const Tensor& x, const Tensor& sc
 }
 
 Tensor dequantize_constant(const Node& n, const Tensor& x, const Tensor& scale, const Tensor* zp) {
-  const auto idx = scale_index(n, x, scale);
+  const auto idx = scale_index(n, x, scale, zp);
   Tensor t;
   t.elem_type = scale.elem_type == kFloat8E8M0 ? kFloat : scale.elem_type;
   t.dims = x.dims;
@@ -272,7 +319,7 @@ Tensor quantize_constant(const Node& n, const Tensor& x, const Tensor& scale, co
   int32_t out_type = zp ? zp->elem_type : static_cast<int32_t>(attr_int(n, "output_dtype", kUint8));
   if (out_type == 0) out_type = kUint8;
   TEC_USER_CHECK(x.is_float(), {}) << "QuantizeLinear input must be a float tensor";
-  const auto idx = scale_index(n, x, scale);
+  const auto idx = scale_index(n, x, scale, zp);
   Tensor t;
   t.elem_type = out_type;
   t.dims = x.dims;
@@ -504,8 +551,21 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     }
     return one(std::move(t));
   }
-  if (op == "Equal" || op == "Where") {  // broadcast elementwise over every input
+  static const std::map<std::string, bool (*)(double, double)> kCompare = {
+      {"Equal", [](double a, double b) { return a == b; }},          {"Less", [](double a, double b) { return a < b; }},
+      {"LessOrEqual", [](double a, double b) { return a <= b; }},    {"Greater", [](double a, double b) { return a > b; }},
+      {"GreaterOrEqual", [](double a, double b) { return a >= b; }}, {"And", [](double a, double b) { return a != 0 && b != 0; }},
+      {"Or", [](double a, double b) { return a != 0 || b != 0; }},   {"Xor", [](double a, double b) { return (a != 0) != (b != 0); }}};
+  if (op == "Not") {
+    Tensor t = ints_tensor({}, require(0).dims);
+    t.elem_type = kBool;
+    for (size_t i = 0; i < static_cast<size_t>(require(0).numel()); ++i) t.ints.push_back(require(0).at(i) == 0);
+    return one(std::move(t));
+  }
+  if (op == "GatherND") return one(gather_nd(require(0), require(1), attr_int(n, "batch_dims", 0)));
+  if (kCompare.count(op) || op == "Where") {  // broadcast elementwise over every input
     const bool where = op == "Where";
+    const auto compare = where ? nullptr : kCompare.at(op);
     std::vector<const Tensor*> ins{&require(0), &require(1)};
     if (where) ins.push_back(&require(2));
     Shape shape(ins[0]->dims);
@@ -519,7 +579,7 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
     TEC_USER_CHECK(!where || ins[1]->is_float() == ins[2]->is_float(), {}) << "Where of a float and an integer tensor";
     for (size_t e = 0; e < index[0].size(); ++e) {
       if (!where) {
-        t.ints.push_back(ins[0]->at(index[0][e]) == ins[1]->at(index[1][e]));
+        t.ints.push_back(compare(ins[0]->at(index[0][e]), ins[1]->at(index[1][e])));
         continue;
       }
       const Tensor& pick = ins[0]->at(index[0][e]) != 0 ? *ins[1] : *ins[2];

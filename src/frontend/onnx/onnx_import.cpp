@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "frontend/onnx/onnx_canonical.h"
+#include "frontend/onnx/onnx_mask_probe.h"
 #include "frontend/onnx/onnx_fold.h"
 #include "ops/common.h"
 
@@ -30,6 +31,12 @@ using onnx::reshape_dims;
 using onnx::squeeze_dims;
 using onnx::tec_dtype;
 using onnx::unsqueeze_dims;
+
+// The ops of the padding masks transformers builds from `attention_mask`.
+constexpr const char* kPaddingMaskClaim =
+    "only where it computes a constant, or in attention's mask made from an INT64/INT32 graph input (transformers' "
+    "attention_mask): evaluated at right-padded probe masks it must be the key padding, with or without the causal triangle, "
+    "whatever its ops -> the attention's sequence lengths (cuDNN's padding mask; the input's rows must be ones, then zeros)";
 
 const std::vector<OnnxOpClaim> kClaims = {
     {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (no GPU kernel: "
@@ -94,7 +101,17 @@ const std::vector<OnnxOpClaim> kClaims = {
                          "which changes nothing where no query row has every key masked (no mask, or a causal one)"},
     {"ConstantOfShape", 9, 1, 1, {0}, "folded (torch.onnx's expand: the shape of ones it compares against)"},
     {"Equal", 11, 2, 2, {}, "only where it computes a constant (torch.onnx's expand: Where(Equal(shape, -1), ones, shape))"},
-    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal), or as attention's NaN guard (see IsNaN)"},
+    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal), as attention's NaN guard (see IsNaN), or in a padding "
+                       "mask (see And)"},
+    {"And", 7, 2, 2, {}, kPaddingMaskClaim},
+    {"Or", 7, 2, 2, {}, kPaddingMaskClaim},
+    {"Xor", 7, 2, 2, {}, kPaddingMaskClaim},
+    {"Not", 1, 1, 1, {}, kPaddingMaskClaim},
+    {"Less", 9, 2, 2, {}, kPaddingMaskClaim},
+    {"LessOrEqual", 12, 2, 2, {}, kPaddingMaskClaim},
+    {"Greater", 9, 2, 2, {}, kPaddingMaskClaim},
+    {"GreaterOrEqual", 12, 2, 2, {}, kPaddingMaskClaim},
+    {"GatherND", 11, 2, 2, {}, kPaddingMaskClaim},
     {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
                                              "rotary embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
@@ -177,6 +194,7 @@ class Importer {
     find_constants();
     fold_known_constants();
     find_patterns();
+    find_padding_masks();
     check_pattern_only_ops();
     check_qdq_placement();
     throw_problems();
@@ -461,8 +479,13 @@ class Importer {
   void check_pattern_only_ops() {
     for (const onnx::Node& n : nodes_) {
       const auto i = static_cast<size_t>(n.index);
-      if (constant_node_[i] || group_of_[i] >= 0 || !n.domain.empty()) continue;
+      if (constant_node_[i] || group_of_[i] >= 0 || mask_node_[i] || !n.domain.empty()) continue;
       if (n.op_type == "Gather" && is_embedding_lookup(n)) continue;  // emitted as tec's embedding
+      if (find_claim(n.op_type) && find_claim(n.op_type)->limits == kPaddingMaskClaim) {
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant, or in "
+                               "attention's padding mask made from an integer input");
+        continue;
+      }
       if (n.op_type == "Gather" || n.op_type == "Concat")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape" +
                        (n.op_type == "Concat" ? " or in the rotary embedding's rotate_half" : ""));
@@ -1308,10 +1331,10 @@ class Importer {
       const ErrorContext ctx{"onnx", in.name, "", m_.file + " graph input '" + in.name + "'"};
       TEC_UNSUPPORTED_CHECK(in.elem_type >= 0, ctx) << "input '" << in.name << "' is not a tensor";
       if (is_integer_input(in.elem_type)) {
-        TEC_UNSUPPORTED_CHECK(read_as_token_ids(in.name, 0), ctx)
+        TEC_UNSUPPORTED_CHECK(read_as_token_ids(in.name, 0) || read_by_padding_masks(in.name), ctx)
             << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
-            << "; tec takes integer inputs only as the token ids of embedding lookups (Gather of a constant table), and this "
-               "one is read otherwise";
+            << "; tec takes integer inputs only as the token ids of embedding lookups (Gather of a constant table) or as "
+               "attention's padding mask (transformers' attention_mask), and this one is read otherwise";
       } else {
         TEC_UNSUPPORTED_CHECK(tec_dtype(in.elem_type).has_value(), ctx)
             << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
@@ -1362,6 +1385,8 @@ class Importer {
     std::map<std::string, ValueId> runtime;
     ConstMap consts;
     std::set<std::string> names;  // node and value names in use
+    std::map<std::string, ValueId> lengths;  // per padding-mask input: its sequence_lengths
+    ConstMap mask_values;                     // padding masks' inputs and nodes at a probe of all tokens
   };
 
   std::string unique(Env& e, const std::string& base) {
@@ -1448,6 +1473,100 @@ class Importer {
   }
 
   static bool is_integer_input(int32_t elem_type) { return elem_type == onnx::kInt64 || elem_type == onnx::kInt32; }
+
+  // ---- padding masks ---------------------------------------------------------------------
+  // Attention masks computed at run time from an integer graph input (transformers'
+  // attention_mask): the nodes between the two are found here, and evaluated at probe masks
+  // when emitting (onnx_mask_probe.h); the attention then reads each sequence's length.
+
+  void find_padding_masks() {
+    mask_node_.assign(nodes_.size(), false);
+    std::map<std::string, std::pair<std::set<int>, std::string>> masks;  // per mask value: its nodes and input
+    std::set<int> all;
+    for (const Group& g : groups_) {
+      if (g.kind != Group::Kind::attention || g.mask.empty() || is_constant(g.mask) || masks.count(g.mask)) continue;
+      std::set<int> found;
+      std::string input;
+      if (!mask_subgraph(g.mask, found, input, 0) || input.empty()) continue;
+      all.insert(found.begin(), found.end());
+      masks[g.mask] = {std::move(found), input};
+    }
+    // Closed (the layers' masks may share nodes): what the nodes make is read by them, or is a
+    // mask the attentions add.
+    auto is_mask_of_attention = [&](const std::string& v, int c) {
+      const int gid = group_of_[static_cast<size_t>(c)];
+      return masks.count(v) && gid >= 0 && groups_[static_cast<size_t>(gid)].kind == Group::Kind::attention &&
+             groups_[static_cast<size_t>(gid)].mask == v;
+    };
+    for (int i : all)
+      for (const auto& out : node(i).outputs) {
+        if (outputs_.count(out)) return;
+        for (int c : consumers_of(out))
+          if (!all.count(c) && !constant_node_[static_cast<size_t>(c)] && !is_mask_of_attention(out, c)) return;  // (Shape: constant)
+      }
+    for (auto& [mask, found] : masks) {
+      std::vector<int> ordered;
+      for (int i : order_)
+        if (found.first.count(i)) ordered.push_back(i);
+      for (int i : ordered) mask_node_[static_cast<size_t>(i)] = true;
+      mask_nodes_[mask] = ordered;
+      padding_inputs_[mask] = found.second;
+    }
+  }
+
+  // Collects the producers of `v` back to constants and one integer graph input.
+  bool mask_subgraph(const std::string& v, std::set<int>& found, std::string& input, int depth) const {
+    if (is_constant(v)) return true;
+    if (depth > 64) return false;
+    for (const auto& in : m_.inputs)
+      if (in.name == v) {
+        if (!is_integer_input(in.elem_type) || (!input.empty() && input != v)) return false;
+        input = v;
+        return true;
+      }
+    const int p = producer_of(v);
+    if (p < 0 || !node(p).domain.empty() || !onnx::foldable(node(p).op_type) || group_of_[static_cast<size_t>(p)] >= 0) return false;
+    if (!found.insert(p).second) return true;
+    for (const auto& in : node(p).inputs)
+      if (!in.empty() && !mask_subgraph(in, found, input, depth + 1)) return false;
+    return true;
+  }
+
+  bool read_by_padding_masks(const std::string& input) const {
+    const auto readers = consumers_.find(input);
+    if (readers == consumers_.end() || readers->second.empty() || outputs_.count(input)) return false;
+    return std::all_of(readers->second.begin(), readers->second.end(), [&](int r) { return mask_node_[static_cast<size_t>(r)]; });
+  }
+
+  std::string mask_input_of(int i) const {
+    for (const auto& [mask, nodes] : mask_nodes_)
+      if (std::find(nodes.begin(), nodes.end(), i) != nodes.end()) return padding_inputs_.at(mask);
+    return "";
+  }
+
+  onnx::PaddingMask probe_padding(Env& e, const std::string& mask, int64_t seq_q, const ErrorContext& ctx) {
+    const std::string& input = padding_inputs_.at(mask);
+    std::vector<const onnx::Node*> nodes;
+    for (int i : mask_nodes_.at(mask)) nodes.push_back(&node(i));
+    const onnx::ShapeOf shape_of = [&e](const std::string& v) -> std::optional<Shape> {
+      const auto it = e.runtime.find(v);
+      return it == e.runtime.end() ? std::nullopt : std::optional<Shape>(e.g.value(it->second).proto.shape);
+    };
+    const auto found = onnx::probe_padding_mask(nodes, e.consts, shape_of, input, e.g.value(e.runtime.at(input)).proto.shape.dims, mask, seq_q);
+    TEC_UNSUPPORTED_CHECK(found.has_value(), ctx)
+        << "the attention's mask '" << mask << "' is computed at run time from input '" << input
+        << "' and is no padding mask tec knows: evaluated at right-padded probe masks, it is not 0 for the keys each query sees "
+           "(before its sequence's length, and, if causal, at or before the query) and at most -1e4 for the others";
+    return *found;
+  }
+
+  ValueId sequence_lengths_of(Env& e, const std::string& input, const onnx::Node& at) {
+    if (const auto it = e.lengths.find(input); it != e.lengths.end()) return it->second;
+    const ValueId lengths = emit(e, at, "sequence_lengths", {e.runtime.at(input)}, {}, {}, input + ".lengths");
+    e.g.nodes.back().name = unique(e, input + ".sequence_lengths");  // (named for its input, not for the first attention reading it)
+    e.lengths[input] = lengths;
+    return lengths;
+  }
 
   // Whether every reader of `v` takes it as an embedding lookup's indices, through views
   // (Reshape, Squeeze, Unsqueeze, Flatten, Identity: the exporters flatten token ids first).
@@ -1841,12 +1960,20 @@ class Importer {
     std::optional<ValueId> mask;
     if (!grp.mask.empty()) {
       const int64_t seq = qs[qs.rank() - 2], seq_kv = ks[ks.rank() - 2];
-      if (e.consts.count(grp.mask) && e.consts.at(grp.mask)->is_float() && is_causal_mask(*e.consts.at(grp.mask), seq, seq_kv))
+      const bool padding = padding_inputs_.count(grp.mask) != 0;
+      if (padding) {
+        a.values["causal"] = probe_padding(e, grp.mask, seq, ctx).causal;
+        a.values["mask"] = std::string("padding");
+        mask = sequence_lengths_of(e, padding_inputs_.at(grp.mask), root);
+      } else if (e.consts.count(grp.mask) && e.consts.at(grp.mask)->is_float() && is_causal_mask(*e.consts.at(grp.mask), seq, seq_kv)) {
         a.values["causal"] = true;
-      else
+      } else {
         mask = operand(e, grp.mask, e.g.value(q).proto.dtype, root);
-      // tec's attention gives NaN, not the guard's zeros, for a row whose every key is masked.
-      TEC_UNSUPPORTED_CHECK(!grp.nan_guard || a.get_bool("causal", false) || (e.consts.count(grp.mask) && !masks_a_whole_row(*e.consts.at(grp.mask))),
+      }
+      // tec's attention gives NaN, not the guard's zeros, for a row whose every key is masked
+      // by an additive mask (a padding mask's empty sequence gives zeros, as the guard does).
+      TEC_UNSUPPORTED_CHECK(!grp.nan_guard || padding || a.get_bool("causal", false) ||
+                                (e.consts.count(grp.mask) && !masks_a_whole_row(*e.consts.at(grp.mask))),
                             ctx)
           << "the softmax's output passes a NaN guard, Where(IsNaN(p), 0, p), and the mask '" << grp.mask
           << "' is computed at run time (a padding mask from the inputs): tec cannot yet tell whether a query row has every "
@@ -2160,7 +2287,7 @@ class Importer {
     std::vector<ValueId> inputs{q, k, v};
     if (mask) {
       inputs.push_back(*mask);
-      a.values["mask"] = std::string("additive");
+      if (!a.has("mask")) a.values["mask"] = std::string("additive");
     }
     if (rank == 3 || flat_output) return emit(e, n, "attention", inputs, a, {}, out);
     const ValueId y = emit(e, n, "attention", inputs, a, {}, out + ".bshd");
@@ -2310,9 +2437,16 @@ class Importer {
     e.consts = known_;
     ShapeOf shape_of = [&e](const std::string& v) -> std::optional<Shape> {
       auto it = e.runtime.find(v);
-      if (it == e.runtime.end()) return std::nullopt;
-      return e.g.value(it->second).proto.shape;
+      if (it != e.runtime.end()) return e.g.value(it->second).proto.shape;
+      const auto in_mask = e.mask_values.find(v);  // (a padding mask's values: their shapes, for Shape nodes)
+      if (in_mask != e.mask_values.end()) return Shape(in_mask->second->dims);
+      return std::nullopt;
     };
+    for (const auto& [mask, input] : padding_inputs_) {  // the padding masks' inputs at a probe of all tokens
+      const Shape dims = e.g.value(e.runtime.at(input)).proto.shape;
+      e.mask_values[input] = std::make_shared<const Tensor>(
+          Tensor{.elem_type = onnx::kInt64, .dims = dims.dims, .floats = {}, .ints = std::vector<int64_t>(static_cast<size_t>(dims.numel()), 1)});
+    }
     became_.assign(nodes_.size(), "");
     emitted_.assign(nodes_.size(), {});
     std::set<std::string> failed;  // values a failed node should have made
@@ -2339,6 +2473,21 @@ class Importer {
               n.op_type == "Identity" ? "nothing: an Identity (its readers read its input)"
                                       : "nothing: a Cast to the type its input already has, or a round trip through FLOAT back to it "
                                         "(its readers read the input)";
+          continue;
+        }
+        if (mask_node_[static_cast<size_t>(i)]) {
+          // Its values at the probe of all tokens, so that Shape nodes reading it fold; the
+          // attention's emission checks the mask itself (probe_padding).
+          try {
+            ConstMap values = e.consts;
+            values.insert(e.mask_values.begin(), e.mask_values.end());
+            auto outs = onnx::fold(n, values, shape_of);
+            for (size_t o = 0; o < outs.size() && o < n.outputs.size(); ++o) e.mask_values[n.outputs[o]] = std::move(outs[o]);
+          } catch (const Error&) {
+            // (no shape then: a Shape reading it, or the probe, names the problem)
+          }
+          became_[static_cast<size_t>(i)] = "part of attention's padding mask from input '" + mask_input_of(i) +
+                                            "': the attention reads each sequence's length (sequence_lengths)";
           continue;
         }
         if (gid >= 0) {
@@ -2454,6 +2603,9 @@ class Importer {
   ConstMap known_;
   std::vector<Group> groups_;
   std::vector<int> group_of_;
+  std::vector<bool> mask_node_;                          // part of a padding mask (find_padding_masks)
+  std::map<std::string, std::vector<int>> mask_nodes_;   // per padding mask value: its nodes in order
+  std::map<std::string, std::string> padding_inputs_;    // per padding mask value: the integer input
   std::set<int> qdq_gemms_;
   std::optional<RecipeKind> qdq_recipe_;
   std::map<std::string, float> qdq_scale_;  // a static Q/DQ pair's output -> its scale
