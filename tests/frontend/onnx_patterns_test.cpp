@@ -125,6 +125,21 @@ CompileResult compile_model(const std::string& path, std::optional<RecipeKind> r
   return compile(o);
 }
 
+// p = Softmax(q k^T x 0.25 + mask) over the inputs q, k [B, H, S, D] and the value "mask", as
+// the dynamo exporter spells attention's scores.
+void add_attention_probs(ModelBuilder& b) {
+  b.floats("scale", {}, {0.25f});
+  auto* t = b.node("Transpose", {"k"}, "kt", "k_t");
+  auto* perm = t->add_attribute();
+  perm->set_name("perm");
+  perm->set_type(::onnx::AttributeProto::INTS);
+  for (int64_t d : {0, 1, 3, 2}) perm->add_ints(d);
+  b.node("MatMul", {"q", "kt"}, "s", "qk");
+  b.node("Mul", {"s", "scale"}, "ss", "scaled");
+  b.node("Add", {"ss", "mask"}, "sm", "masked");
+  b.node("Softmax", {"sm"}, "p", "softmax");
+}
+
 void expect_error(const std::string& path, std::optional<RecipeKind> recipe, ErrorKind kind, const std::string& node,
                   const std::string& message) {
   const Error e = test::error_of([&] { (void)compile_model(path, recipe, "apply_recipe"); });
@@ -297,17 +312,8 @@ TEST_CASE("transformers' NaN guard after the softmax goes with the attention onl
     if (mask_at_run_time) b.input("mask", {1, 1, 8, 8});
     else b.floats("mask", {1, 1, 8, 8}, std::vector<float>(64, 0.0f));
     b.output("y", {1, 2, 8, 16});
-    b.floats("scale", {}, {0.25f});
     b.floats("zero", {}, {0.0f});
-    auto* t = b.node("Transpose", {"k"}, "kt", "k_t");
-    auto* perm = t->add_attribute();
-    perm->set_name("perm");
-    perm->set_type(::onnx::AttributeProto::INTS);
-    for (int64_t d : {0, 1, 3, 2}) perm->add_ints(d);
-    b.node("MatMul", {"q", "kt"}, "s", "qk");
-    b.node("Mul", {"s", "scale"}, "ss", "scaled");
-    b.node("Add", {"ss", "mask"}, "sm", "masked");
-    b.node("Softmax", {"sm"}, "p", "softmax");
+    add_attention_probs(b);
     b.node("IsNaN", {"p"}, "nan", "is_nan");
     b.node("Where", {"nan", "zero", "p"}, "pg", "guard");
     b.node("MatMul", {"pg", "v"}, "y", "pv");
@@ -336,7 +342,6 @@ TEST_CASE("a mask made at run time from an integer input is taken by what it com
     ModelBuilder::tensor_type(am, "attention_mask", {2, 8});
     am->mutable_type()->mutable_tensor_type()->set_elem_type(::onnx::TensorProto::INT64);
     b.output("y", {2, 2, 8, 16});
-    b.floats("scale", {}, {0.25f});
     b.floats("zero", {}, {0.0f});
     b.floats("lowest", {}, {-INFINITY});
     auto* axes = b.g->add_initializer();
@@ -348,15 +353,7 @@ TEST_CASE("a mask made at run time from an integer input is taken by what it com
     ModelBuilder::attr(b.node("Cast", {"attention_mask"}, "keep", "to_bool"), "to", ::onnx::TensorProto::BOOL);
     b.node("Unsqueeze", {"keep", "axes"}, "keep4", "unsqueeze");
     b.node("Where", {"keep4", padding ? "zero" : "lowest", padding ? "lowest" : "zero"}, "mask", "additive");
-    auto* t = b.node("Transpose", {"k"}, "kt", "k_t");
-    auto* perm = t->add_attribute();
-    perm->set_name("perm");
-    perm->set_type(::onnx::AttributeProto::INTS);
-    for (int64_t d : {0, 1, 3, 2}) perm->add_ints(d);
-    b.node("MatMul", {"q", "kt"}, "s", "qk");
-    b.node("Mul", {"s", "scale"}, "ss", "scaled");
-    b.node("Add", {"ss", "mask"}, "sm", "masked");
-    b.node("Softmax", {"sm"}, "p", "softmax");
+    add_attention_probs(b);
     b.node("MatMul", {"p", "v"}, "y", "pv");
     return b.save(padding ? "key_padding.onnx" : "not_padding.onnx");
   };
