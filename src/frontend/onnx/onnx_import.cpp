@@ -1976,8 +1976,8 @@ class Importer {
                                 (e.consts.count(grp.mask) && !masks_a_whole_row(*e.consts.at(grp.mask))),
                             ctx)
           << "the softmax's output passes a NaN guard, Where(IsNaN(p), 0, p), and the mask '" << grp.mask
-          << "' is computed at run time (a padding mask from the inputs): tec cannot yet tell whether a query row has every "
-             "key masked, where the guard gives zeros";
+          << "' is computed at run time and is no padding mask of an integer input: tec cannot tell whether a query row has "
+             "every key masked, where the guard gives zeros";
     }
     if (grp.heads > 0) {
       a.values["heads"] = grp.heads;
@@ -2427,7 +2427,7 @@ class Importer {
       for (const auto& d : in.dims) dims.push_back(d.value >= 1 ? d.value : profile.at(d.param));
       Shape s(dims);
       with_context(ErrorContext{"onnx", in.name, "", v.source}, [&] { (void)s.numel(); });
-      // Token ids travel as int32 (te-run and the runtime take INT64 ids and narrow them).
+      // Integer inputs (token ids, padding masks) are int32 in the plan; te-run narrows INT64 .npy files.
       v.proto = TensorProto::dense(std::move(s), is_integer_input(in.elem_type) ? DType::int32 : *tec_dtype(in.elem_type));
       v.proto.requires_grad = opt_.mode == Mode::train && !is_integer_input(in.elem_type);
       const ValueId id = e.g.add_value(std::move(v));
