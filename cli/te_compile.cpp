@@ -252,6 +252,7 @@ int main(int argc, char** argv) {
   std::string model, output, recipe, mode = "infer", dump_after, report, cache_dir, dot;
   std::vector<std::string> shapes, profiles, archs{"sm_90"}, disabled;
   bool tune = false, time_passes = false, quiet = false, onnx_ops = false, mid_m_gemm = false, grouped_block_scales = true;
+  bool onnx_patterns = true;
   std::string tp_overlap = "auto";
   int64_t tp = 0;
   std::string optimizer = "none", wgrad = "accumulate";
@@ -296,6 +297,11 @@ int main(int argc, char** argv) {
   app.add_option("--report", report, "write a JSON report: per profile the steps, fusion decisions, arena, GPU support (without "
                                      "it: the step, node and op that has no GPU form, and why), and timings; for ONNX models "
                                      "also what every ONNX node became");
+  app.add_flag("--onnx-patterns,!--no-onnx-patterns", onnx_patterns,
+               "ONNX models: recognise the exporters' spellings of attention, norms, GELU, SiLU, rope and gated MLPs as tec's "
+               "fused ops (the default). --no-onnx-patterns maps every node as it is onto the general path (linear for a "
+               "MatMul by a constant, softmax, matmul, reduce, ... as general GPU kernels): slower, for checking a pattern "
+               "against it or for a model a pattern misreads");
   app.add_option("--dot", dot, "write a Graphviz picture of the first profile's steps (fused groups as clusters)");
   app.add_flag("--tune", tune, "time the cuBLASLt heuristic's top 32 algorithms for every GEMM on this machine's GPU and store "
                                "the winner (with the cuBLASLt version and GPU name; elsewhere the runtime warns and uses "
@@ -348,6 +354,7 @@ int main(int argc, char** argv) {
     if (!cache_dir.empty()) options.cache_dir = cache_dir == "none" ? "" : cache_dir;
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.tp_size = tp;
+    options.frontend.onnx_patterns = onnx_patterns;
     train.optimizer = optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
     train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
     if (mode != "train" && (optimizer != "none" || wgrad != "accumulate" || train.recompute_activations))
@@ -388,6 +395,7 @@ int main(int argc, char** argv) {
     if (tp > 0) options.record.options["tp"] = tp;
     if (!grouped_block_scales) options.record.options["grouped_block_scales"] = false;
     if (tp_overlap != "auto") options.record.options["tp_overlap"] = tp_overlap;
+    if (!onnx_patterns) options.record.options["onnx_patterns"] = false;
 
     auto progress = [quiet](int step, int total, const std::string& pass) {
       if (!quiet) std::fprintf(stderr, "[%d/%d] %s\n", step, total, pass.c_str());

@@ -14,7 +14,7 @@
 // (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
 // ops: 10 unary math (TEC_UNARY), 11 binary with numpy broadcasting (TEC_BINARY; the output's
 // dims TEC_BCAST_DIMS and each operand's element strides into them, 0 where it broadcasts),
-// 12 the mean of an input row of TEC_IN_N elements (an output row of one element), 14 l2norm
+// (12: free; reductions are on the general path, kernels/general.cu), 14 l2norm
 // (x / sqrt(sum x^2 + eps)), 15 a gather through strides (transpose: the output's dims
 // TEC_BCAST_DIMS, the input's element strides in TEC_A_STRIDES), 13 a GEMM's
 // fp32 product with its epilogue in fp32: + bias (TEC_EPI_BIAS, a dtype code), activation
@@ -57,6 +57,7 @@
 // pass: a memset node cost ~2 us in a replayed graph on the H100, a kernel node ~1 us.
 #include "common.cuh"
 #include "tec_math.h"
+#include "block_sum.cuh"
 #ifndef TEC_RESIDUAL
 #define TEC_RESIDUAL 0
 #endif
@@ -142,20 +143,6 @@ __device__ __forceinline__ void tec_activation_with_derivative(float x, float& v
 #endif
 }
 #endif
-
-// The block-wide sum in the order tec_row_sum_order (kernels/tec_math.h) replays on the CPU.
-__device__ float tec_block_sum(float v, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) v = v + __shfl_xor_sync(0xFFFFFFFFu, v, offset);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x / 32] = v;
-  __syncthreads();
-  float w = (threadIdx.x & 31) < TEC_WARPS ? scratch[threadIdx.x & 31] : 0.0f;
-  for (int offset = TEC_WARPS / 2; offset > 0; offset /= 2) w = w + __shfl_xor_sync(0xFFFFFFFFu, w, offset);
-  __syncthreads();
-  if (threadIdx.x == 0) scratch[0] = w;
-  __syncthreads();
-  return scratch[0];
-}
 
 __device__ float tec_block_max(float v, float* scratch) {
   for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
@@ -268,8 +255,6 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   const i64 e = row.r * TEC_N + i;
   return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(e, dims, a_strides)),
                           tec_load<TEC_PARAM_DTYPE>(in1, tec_strided_offset(e, dims, b_strides)));
-#elif TEC_PRODUCER == 12
-  return row.mean;
 #elif TEC_PRODUCER == 19
   // moe_permute: row r of the tokens in expert order is token row_source[r] (kernels/moe.cu
   // writes only tokens in range).
@@ -941,15 +926,6 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   }
 #endif
 
-#if TEC_PRODUCER == 12
-  {
-    // The row's sum in tec_row_sum_order (kernels/tec_math.h), as the CPU reference adds it.
-    const void* in0 = (const void*)args.slot[0];
-    float local = 0.0f;
-    for (i64 i = t; i < TEC_IN_N; i += TEC_ROW_THREADS) local += tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_IN_N + i);
-    row.mean = tec_block_sum(local, scratch) / (float)TEC_IN_N;
-  }
-#endif
 
 #if TEC_OUT == 0 && TEC_OUT_MID_M_TILES
   tec_for_row(args, row, [&](i64 i, float v) {

@@ -208,6 +208,58 @@ TEC_HD float tec_apply_binary(int fn, float a, float b) {
   }
 }
 
+// Comparisons and logic (`compare`: src/ops/compare.cpp), 1.0f for true and 0.0f for false,
+// as ONNX's BOOL tensors hold them (uint8 0 or 1). A NaN compares unequal to everything.
+#define TEC_COMPARE_EQUAL 0
+#define TEC_COMPARE_LESS 1
+#define TEC_COMPARE_LESS_EQUAL 2
+#define TEC_COMPARE_GREATER 3
+#define TEC_COMPARE_GREATER_EQUAL 4
+#define TEC_COMPARE_ISNAN 5
+#define TEC_COMPARE_NOT 6
+#define TEC_COMPARE_AND 7
+#define TEC_COMPARE_OR 8
+#define TEC_COMPARE_XOR 9
+
+TEC_HD float tec_apply_compare(int fn, float a, float b) {
+  bool r;
+  switch (fn) {
+    case TEC_COMPARE_EQUAL: r = a == b; break;
+    case TEC_COMPARE_LESS: r = a < b; break;
+    case TEC_COMPARE_LESS_EQUAL: r = a <= b; break;
+    case TEC_COMPARE_GREATER: r = a > b; break;
+    case TEC_COMPARE_GREATER_EQUAL: r = a >= b; break;
+    case TEC_COMPARE_ISNAN: r = a != a; break;
+    case TEC_COMPARE_NOT: r = a == 0.0f; break;
+    case TEC_COMPARE_AND: r = a != 0.0f && b != 0.0f; break;
+    case TEC_COMPARE_OR: r = a != 0.0f || b != 0.0f; break;
+    default: r = (a != 0.0f) != (b != 0.0f); break;
+  }
+  return r ? 1.0f : 0.0f;
+}
+
+// The general path's elementwise function (GeneralKernel::map, ir/general_kernel.h) by one code:
+// a unary function, a binary one, a comparison, or where(a, b, c) (b where a holds, else c).
+#define TEC_MAP_UNARY 0
+#define TEC_MAP_BINARY 16
+#define TEC_MAP_COMPARE 32
+#define TEC_MAP_WHERE 48
+
+TEC_HD float tec_apply_map(int code, float a, float b, float c) {
+  if (code < TEC_MAP_BINARY) return tec_apply_unary(code - TEC_MAP_UNARY, a);
+  if (code < TEC_MAP_COMPARE) return tec_apply_binary(code - TEC_MAP_BINARY, a, b);
+  if (code < TEC_MAP_WHERE) return tec_apply_compare(code - TEC_MAP_COMPARE, a, b);
+  return a != 0.0f ? b : c;
+}
+
+// The general path's reductions (GeneralKernel::reduce). Max passes a NaN on, as ONNX's
+// ReduceMax and a softmax's max do.
+#define TEC_REDUCE_SUM 0
+#define TEC_REDUCE_MEAN 1
+#define TEC_REDUCE_MAX 2
+
+TEC_HD float tec_max_nan(float a, float b) { return (a > b || a != a) ? a : b; }
+
 // The activations, as TE defines them.
 TEC_HD float tec_gelu_tanh(float x) {
   const float inner = 0.7978845608f * (x + 0.044715f * x * x * x);  // sqrt(2/pi)

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iterator>
 
+#include "codegen/general.h"
 #include "codegen/quantize_kernels.h"
 #include "core/error.h"
 #include "ir/grouped_tensor.h"
@@ -864,6 +865,7 @@ class StepLowering {
     if (first.op == "embedding") return lower_embedding(first);
     if (first.op == "sequence_lengths") return lower_sequence_lengths(first);
     if (first.op == "attention") return lower_attention(first);
+    if (builtin_ops().get(first.op).general) return lower_general(first);
     // A bias may carry the residual add after it (the fusion pass's [bias, add]); then a quantize.
     const Node* residual_add = first.op == "bias" && step_.nodes.size() >= 2 && node(1).op == "add" ? &node(1) : nullptr;
     const Value* residual = residual_add ? &input(*residual_add, residual_add->inputs.at(0) == first.outputs.at(0) ? 1 : 0) : nullptr;
@@ -913,15 +915,6 @@ class StepLowering {
       p.inputs = {buf(data(x)), {}, {}};
     } else if (op == "binary") {
       p = binary_producer(first);
-    } else if (op == "reduce_mean") {
-      if (!reduces_last_axis_alone(first.attrs, x.proto.shape.rank()))
-        throw NotLowered{"reduce_mean '" + first.name + "' reduces axes other than the last alone; the GPU row kernel reduces the last dim"};
-      if (out.proto.quantizer) throw NotLowered{"reduce_mean '" + first.name + "' has a quantized output"};
-      p.defines = {"TEC_PRODUCER=12", in_dtype(), "TEC_IN_N=" + std::to_string(x.proto.shape.cols()) + "LL"};
-      p.inputs = {buf(data(x)), {}, {}};
-      p.per_element = false;
-      p.rows = out.proto.shape.numel();
-      p.cols = 1;
     } else if (op == "l2norm") {
       p.defines = {"TEC_PRODUCER=14", in_dtype(), "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-6))};
       p.inputs = {buf(data(x)), {}, {}};
@@ -1621,6 +1614,33 @@ class StepLowering {
     p.inputs = {buf(data(table)), buf(data(ids)), {}};
     p.more[0] = status_bit(TEC_STATUS_BAD_TOKEN_ID);
     emit_row(p, output(n));
+  }
+
+  // An op on the general path (ir/general_kernel.h): its plan's launches (codegen/general.cpp).
+  // A quantize fused after it (the output a GEMM reads) quantizes a high-precision workspace
+  // the general kernel writes.
+  void lower_general(const Node& n) {
+    const Node* quantize = step_.nodes.size() == 2 && node(1).op == "quantize" ? &node(1) : nullptr;
+    if (step_.nodes.size() != 1 && !quantize) require_single_node(n);
+    std::vector<Shape> shapes;
+    std::vector<GeneralOperand> inputs;
+    for (size_t slot = 0; slot < n.inputs.size(); ++slot) {
+      const Value& in = input(n, slot);
+      if (in.proto.quantizer) throw NotLowered{"'" + n.name + "' reads quantized '" + in.name + "'"};
+      shapes.push_back(in.proto.shape);
+      inputs.push_back({data(in), in.proto.dtype});
+    }
+    const GeneralPlan plan = builtin_ops().get(n.op).general(n.attrs, shapes);
+    const Value& y = output(n);
+    const Value& stored_value = quantize ? output(*quantize) : y;
+    const bool through_workspace = stored_value.proto.quantizer.has_value();
+    const GeneralOperand out{through_workspace ? add_workspace(n.name + ".general", TensorProto::dense(y.proto.shape, y.proto.dtype)) : data(y),
+                             y.proto.dtype};
+    std::string why_not;
+    std::vector<Launch> launches = general_launches(plan, inputs, out, index_, modules_, why_not);
+    if (launches.empty()) throw NotLowered{n.op + " '" + n.name + "': " + why_not};
+    for (Launch& l : launches) out_.push_back(std::move(l));
+    if (through_workspace) emit_row(load(out.buffer, y.proto.dtype, "'" + n.name + "'s output"), stored_value);
   }
 
   // Each sequence's length from a padding mask, a thread per sequence (kernels/attention_stats.cu).

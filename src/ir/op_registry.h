@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/general_kernel.h"
 #include "ir/graph.h"
 
 namespace tec {
@@ -116,6 +117,11 @@ struct OpDef {
   // once. `per_rank`: the op's one input on each rank (its output gradient when `backward`);
   // returns its output (its input gradient) on each rank. Such an op has no `reference`.
   std::function<std::vector<HostTensor>(const Attributes&, bool backward, const std::vector<HostTensor>& per_rank)> collective;
+  // The general path (ir/general_kernel.h): the strided loops that compute the op on the GPU
+  // (kernels/general.cu) and on the CPU alike, from its attributes and input shapes. Throws a
+  // user error (without context: the caller adds the node's) for inputs it cannot take.
+  // Optional: ops with a row producer or a codegen module of their own have none.
+  std::function<GeneralPlan(const Attributes&, const std::vector<Shape>& inputs)> general;
   // The gradient reaches every input unchanged (add, identity, quantize, dequantize): autodiff
   // hands the gradient on and makes no backward node.
   bool gradient_passes_through = false;

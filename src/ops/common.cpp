@@ -20,6 +20,9 @@ const OpRegistry& builtin_ops() {
     register_sequence_lengths_ops(r);
     register_attention_ops(r);
     register_collective_ops(r);
+    register_softmax_ops(r);
+    register_compare_ops(r);
+    register_view_ops(r);
     return r;
   }();
   return registry;

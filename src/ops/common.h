@@ -22,6 +22,9 @@ void register_embedding_ops(OpRegistry& registry);
 void register_sequence_lengths_ops(OpRegistry& registry);
 void register_attention_ops(OpRegistry& registry);
 void register_collective_ops(OpRegistry& registry);
+void register_softmax_ops(OpRegistry& registry);
+void register_compare_ops(OpRegistry& registry);
+void register_view_ops(OpRegistry& registry);
 
 // A high-precision tensor of the same shape and nominal dtype (drops any quantizer).
 TensorProto dense_like(const TensorProto& proto);
@@ -55,8 +58,6 @@ std::vector<size_t> broadcast_index(const Shape& in, const Shape& out);
 // `fn` attribute, for the lowering.
 int binary_function_code(const std::string& fn);
 int unary_function_code(const std::string& fn);
-// Whether a reduce_mean reduces the last axis alone (what the GPU row kernel does).
-bool reduces_last_axis_alone(const Attributes& attrs, size_t rank);
 // rope's theta^(-2i / rotary_dim) for each pair i, in double: the reference and the GPU kernel
 // (which gets them as literals) turn position x this by tec_rope_cos_sin (kernels/tec_math.h).
 std::vector<double> rope_inverse_frequencies(const Attributes& attrs);

@@ -1,15 +1,15 @@
-// General tensor math: numpy-broadcast binary ops, unary math, matmul, reduce_mean,
-// transpose and cast. The ONNX frontend maps a standalone ONNX op here when it is not part of
-// a pattern that becomes one of the TE ops (linear, gelu, layernorm, ...), so that a model
-// with an unusual spelling still runs. binary, unary, cast, transpose and reduce_mean over the
-// last dim are row kernels on the GPU (src/codegen/lower.cpp), computing the bits of the
-// references here through kernels/tec_math.h; matmul and other reductions run on the CPU
-// reference only, and a plan that needs them says so, naming the node.
+// General tensor math: numpy-broadcast binary ops, unary math, matmul, reduce, transpose and
+// cast. The ONNX frontend maps a standalone ONNX op here when it is not part of a pattern that
+// becomes one of the TE ops (linear, gelu, layernorm, ...), so that a model with an unusual
+// spelling still runs. binary, unary, cast and transpose are row kernels on the GPU
+// (src/codegen/lower.cpp); matmul and reduce are on the general path (ir/general_kernel.h).
+// Both compute the bits of the references here, through kernels/tec_math.h.
 #include <algorithm>
 #include <cmath>
 
 #include "core/parallel.h"
 #include "ops/common.h"
+#include "ops/general.h"
 #include "tec_math.h"
 
 namespace tec {
@@ -46,12 +46,6 @@ int unary_function_code(const std::string& fn) {
   const auto it = std::find(kUnaryFunctions.begin(), kUnaryFunctions.end(), fn);
   TEC_INTERNAL_CHECK(it != kUnaryFunctions.end(), {}) << "unknown unary function '" << fn << "'";
   return static_cast<int>(it - kUnaryFunctions.begin());  // the order of TEC_UNARY_* in tec_math.h
-}
-
-bool reduces_last_axis_alone(const Attributes& attrs, size_t rank) {
-  std::vector<int64_t> axes = attrs.get_ints("axes");
-  if (axes.empty() && rank == 1) axes = {0};
-  return rank > 0 && axes.size() == 1 && (axes[0] == -1 || axes[0] == static_cast<int64_t>(rank) - 1);
 }
 
 namespace {
@@ -124,33 +118,27 @@ MatmulShapes matmul_shapes_checked(const Shape& a, const Shape& b, const ErrorCo
   return *s;
 }
 
-InferResult infer_matmul(const InferContext& ctx) {
-  require_high_precision(ctx, 0);
-  require_high_precision(ctx, 1);
-  const DType dtype = common_dtype(ctx);
-  const MatmulShapes s = matmul_shapes_checked(ctx.inputs[0].shape, ctx.inputs[1].shape, ctx.error);
-  return InferResult{{TensorProto::dense(s.out, dtype)}, {}, {}};
+// The batch dims broadcast through each operand's batch strides; rows of a, columns of b.
+GeneralPlan matmul_plan(const Attributes&, const std::vector<Shape>& in) {
+  const MatmulShapes s = matmul_shapes_checked(in.at(0), in.at(1), {});
+  GeneralPlan p;
+  p.kernel = GeneralKernel::matmul;
+  p.out_dims = s.out.dims;
+  p.m = s.m, p.n = s.n, p.k = s.k;
+  p.dims = s.batch.dims;
+  for (const auto& [operand, matrix] : {std::pair{&s.a, s.m * s.k}, std::pair{&s.b, s.k * s.n}}) {
+    std::vector<int64_t> strides = broadcast_strides(Shape(std::vector<int64_t>(operand->dims.begin(), operand->dims.end() - 2)), s.batch);
+    for (int64_t& st : strides) st *= matrix;
+    p.strides.push_back(std::move(strides));
+  }
+  merge_dims(p.dims, {&p.strides[0], &p.strides[1]}, "a matmul's batch");
+  return p;
 }
 
-std::vector<HostTensor> reference_matmul(const Attributes&, const std::vector<HostTensor>& in) {
-  const MatmulShapes s = matmul_shapes_checked(in[0].shape, in[1].shape, {});
-  Shape a_batch(std::vector<int64_t>(s.a.dims.begin(), s.a.dims.end() - 2));
-  Shape b_batch(std::vector<int64_t>(s.b.dims.begin(), s.b.dims.end() - 2));
-  const auto ia = broadcast_index(a_batch, s.batch), ib = broadcast_index(b_batch, s.batch);
-  HostTensor out{s.out, std::vector<float>(static_cast<size_t>(s.out.numel()))};
-  const auto mk = static_cast<size_t>(s.m * s.k), kn = static_cast<size_t>(s.k * s.n), mn = static_cast<size_t>(s.m * s.n);
-  parallel_for(static_cast<int64_t>(ia.size()), [&](int64_t batch) {
-    const float* a = &in[0].values[ia[static_cast<size_t>(batch)] * mk];
-    const float* b = &in[1].values[ib[static_cast<size_t>(batch)] * kn];
-    float* y = &out.values[static_cast<size_t>(batch) * mn];
-    for (int64_t r = 0; r < s.m; ++r)
-      for (int64_t c = 0; c < s.n; ++c) {
-        float acc = 0.0f;
-        for (int64_t i = 0; i < s.k; ++i) acc += a[r * s.k + i] * b[i * s.n + c];
-        y[r * s.n + c] = acc;
-      }
-  });
-  return {std::move(out)};
+DType matmul_dtype(const InferContext& ctx) {
+  require_high_precision(ctx, 0);
+  require_high_precision(ctx, 1);
+  return common_dtype(ctx);
 }
 
 // Axes normalized to [0, rank), sorted; empty means all.
@@ -178,38 +166,31 @@ Shape reduced_shape(const Shape& in, const std::vector<size_t>& axes, bool keepd
   return Shape(out);
 }
 
-InferResult infer_reduce_mean(const InferContext& ctx) {
-  require_high_precision(ctx, 0);
-  const TensorProto& x = ctx.inputs[0];
-  const auto axes = normalized_axes(ctx.node.attrs.get_ints("axes"), x.shape.rank(), ctx.error, "reduce_mean");
-  return InferResult{{TensorProto::dense(reduced_shape(x.shape, axes, ctx.node.attrs.get_bool("keepdims", true)), x.dtype)},
-                     {},
-                     {}};
-}
+const std::vector<std::string> kReduceFunctions = {"sum", "mean", "max"};  // the order of TEC_REDUCE_*
+static_assert(TEC_REDUCE_MAX == 2, "kReduceFunctions follows tec_math.h's codes");
 
-std::vector<HostTensor> reference_reduce_mean(const Attributes& attrs, const std::vector<HostTensor>& in) {
-  const HostTensor& x = in[0];
-  const auto axes = normalized_axes(attrs.get_ints("axes"), x.shape.rank(), {}, "reduce_mean");
-  const Shape out_shape = reduced_shape(x.shape, axes, attrs.get_bool("keepdims", true));
-  if (reduces_last_axis_alone(attrs, x.shape.rank())) {
-    // Over the last dim: each row summed in the order of the GPU's block reduction (the row
-    // kernel computes these bits), then divided in fp32.
-    const int64_t n = x.shape.cols(), rows = x.shape.rows();
-    HostTensor out{out_shape, std::vector<float>(static_cast<size_t>(rows))};
-    for (int64_t r = 0; r < rows; ++r)
-      out.values[static_cast<size_t>(r)] =
-          tec_row_sum_order(n, [&](long long i) { return x.values[static_cast<size_t>(r * n + i)]; }) / static_cast<float>(n);
-    return {std::move(out)};
+// One output per kept index (row-major, the output's order), its reduced elements in
+// row-major order of the reduced dims.
+GeneralPlan reduce_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape& x = in.at(0);
+  const auto axes = normalized_axes(attrs.get_ints("axes"), x.rank(), {}, "reduce");
+  const std::string fn = attrs.get_string("fn", "");
+  const auto code = std::find(kReduceFunctions.begin(), kReduceFunctions.end(), fn);
+  TEC_USER_CHECK(code != kReduceFunctions.end(), {}) << "unknown reduce function '" << fn << "'";
+  GeneralPlan p;
+  p.kernel = GeneralKernel::reduce;
+  p.code = static_cast<int>(code - kReduceFunctions.begin());
+  p.out_dims = reduced_shape(x, axes, attrs.get_bool("keepdims", true)).dims;
+  p.strides.emplace_back();
+  const std::vector<int64_t> strides = x.contiguous_strides();
+  for (size_t d = 0; d < x.rank(); ++d) {
+    const bool reduced = axes.empty() || std::find(axes.begin(), axes.end(), d) != axes.end();
+    (reduced ? p.reduced_dims : p.dims).push_back(x.dims[d]);
+    (reduced ? p.reduced_strides : p.strides[0]).push_back(strides[d]);
   }
-  // The kept shape with every reduced dim as 1, so that broadcast_index maps input to output.
-  const Shape kept = reduced_shape(x.shape, axes, true);
-  const auto index = broadcast_index(kept, x.shape);
-  std::vector<double> sums(static_cast<size_t>(kept.numel()), 0.0);
-  for (size_t e = 0; e < index.size(); ++e) sums[index[e]] += x.values[e];
-  const double count = static_cast<double>(x.shape.numel()) / static_cast<double>(kept.numel());
-  HostTensor out{out_shape, {}};
-  for (double s : sums) out.values.push_back(static_cast<float>(s / count));
-  return {std::move(out)};
+  merge_dims(p.dims, {&p.strides[0]}, "a reduction's kept dims");
+  merge_dims(p.reduced_dims, {&p.reduced_strides}, "a reduction's reduced dims");
+  return p;
 }
 
 std::vector<size_t> permutation(const Attributes& attrs, size_t rank, const ErrorContext& ctx) {
@@ -282,24 +263,31 @@ void register_tensor_math_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "matmul",
-      .summary = "a @ b with numpy semantics (batch broadcasting, 1-D promotion); both operands at run time "
-                 "(CPU reference only; a constant 2-D b becomes linear)",
+      .summary = "a @ b with numpy semantics (batch broadcasting, 1-D promotion), both operands at run time, fp32 "
+                 "accumulation (general path; a constant 2-D b becomes linear)",
       .min_inputs = 2,
       .max_inputs = 2,
-      .infer = infer_matmul,
-      .reference = reference_matmul,
+      .infer = general_infer(matmul_plan, matmul_dtype),
+      .reference = general_reference(matmul_plan),
+      .general = matmul_plan,
   });
   registry.add(OpDef{
-      .name = "reduce_mean",
-      .summary = "mean over axes (all when empty); on the GPU over the last dim only",
-      .attrs = {{"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "axes to reduce; empty: all"},
+      .name = "reduce",
+      .summary = "sum, mean or max over axes (all when empty) (general path: any axes)",
+      .attrs = {{"fn", AttrType::string_, std::nullopt, kReduceFunctions, "the reduction"},
+                {"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "axes to reduce; empty: all"},
                 {"keepdims", AttrType::bool_, AttrValue{true}, {}, "keep reduced dims as 1"}},
-      .infer = infer_reduce_mean,
-      .reference = reference_reduce_mean,
+      .infer = general_infer(reduce_plan,
+                             [](const InferContext& ctx) {
+                               require_high_precision(ctx, 0);
+                               return ctx.inputs[0].dtype;
+                             }),
+      .reference = general_reference(reduce_plan),
+      .general = reduce_plan,
   });
   registry.add(OpDef{
       .name = "transpose",
-      .summary = "permute the dims (default: reverse) (CPU reference only)",
+      .summary = "permute the dims (default: reverse)",
       .attrs = {{"perm", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the permutation; empty: reverse"}},
       .infer = infer_transpose,
       .reference = reference_transpose,

@@ -390,6 +390,12 @@ def main():
     run("an attention_mask of another shape is refused", [te_run, masked, "--backend", "cpu", "--input",
                                                           f"attention_mask={J('mask_short.npy')}"], 3, "has shape [2, 16], the file holds [2, 8]")
     run("the LM runs on random inputs (whole sequences, ids over the vocabulary)", [te_run, masked, "--backend", "cpu"], 0, "logits")
+    kv_model = os.path.join(a.source, "tests", "onnx", "hf_corpus", "llama_lm_kv.sdpa.dynamo.onnx")
+    run("a KV cache export (use_cache=True) names its cache inputs", [compile_, kv_model, "-q", "-o", J("kv.teplan")], 4,
+        "input 'past_key_values.0.key' is a KV cache (use_cache=True)")
+    check("no plan is written for it", not os.path.exists(J("kv.teplan")))
+    run("--no-onnx-patterns compiles the KV cache export as it is", [compile_, kv_model, "-q", "--no-onnx-patterns", "-o", J("kv.teplan")],
+        0, "")
     ids_input = h.make_tensor_value_info("ids", TensorProto.INT64, [2, 4])
     misuse = h.make_model(h.make_graph([h.make_node("Cast", ["ids"], ["f"], to=TensorProto.FLOAT),
                                         h.make_node("MatMul", ["f", "table_t"], ["y"])], "g", [ids_input],

@@ -1,5 +1,6 @@
 // Whole plans on the GPU, for every example under every recipe (and tests/gpu/general_ops.json,
-// the general ops as row kernels; fp16 GEMMs are the onnxruntime cross-check's, onnx_gpu):
+// the general ops as row kernels, and general_any_shape.json, the general path's kernels; fp16
+// GEMMs are the onnxruntime cross-check's, onnx_gpu):
 // - each kernel step, run on the CPU from the GPU's arena before it, matches the GPU's
 //   output bytes exactly (data, scale_inv, amax): the quantize kernels are bit-identical;
 // - the final output is within the recipe's bound of the fp64 model (tests/fp64_model.h),
@@ -248,6 +249,11 @@ int plans_test(const std::string& arch) {
   // cast, fp16 tensors) as row kernels: what ONNX models of unusual spelling become.
   for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed})
     cases.push_back({"tests/gpu/general_ops.json", r, {32, 96}});
+  // The general path's kernels (kernels/general.cu): batched matmul, softmax on a middle axis,
+  // compare and where, reductions over other axes than the last, slices (a negative step),
+  // concat, expand; each kernel step bit for bit as the CPU reference.
+  for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current})
+    cases.push_back({"tests/gpu/general_any_shape.json", r, {32, 96}});
   // SiLU and SwiGLU over [-100, 100]: the fast path's recomputed elements (kernels/row.cu) in
   // every output it takes (bf16, both FP8 passes, delayed scaling's cast, NVFP4's amax pass).
   for (RecipeKind r : {RecipeKind::bf16, RecipeKind::fp8_current, RecipeKind::fp8_delayed, RecipeKind::nvfp4})

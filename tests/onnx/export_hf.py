@@ -134,6 +134,29 @@ class CausalLm(nn.Module):
         return self.model(input_ids=input_ids, attention_mask=attention_mask, use_cache=False).logits
 
 
+PAST = 6  # llama_lm_kv: the cached tokens before the 4 new ones
+
+
+class CausalLmWithCache(nn.Module):
+    """A causal LM exported with use_cache=True: input_ids of the new tokens and each layer's cached
+    keys and values (past_key_values.L.key / .value, [B, kv heads, PAST, head dim]) -> logits and
+    the grown cache (present.L.key / .value), as exports for generation have it. tec names such
+    a model's cache inputs; --no-onnx-patterns compiles it as it is (issue 50)."""
+
+    def __init__(self, config):
+        super().__init__()
+        self._tec_config = config
+        self.model = transformers.LlamaForCausalLM(config)
+
+    def forward(self, input_ids, *past):
+        cache = transformers.DynamicCache(config=self._tec_config)
+        for layer in range(LM_LAYERS):
+            cache.update(past[2 * layer], past[2 * layer + 1], layer)
+        out = self.model(input_ids=input_ids, past_key_values=cache, use_cache=True)
+        grown = out.past_key_values
+        return (out.logits, *[t for layer in grown.layers for t in (layer.keys, layer.values)])
+
+
 def models(attn):
     cfg = configs(attn)
     layers = {f"{f}_layer": (lambda f=f: DecoderLayer(f, cfg[f])) for f in ("llama", "qwen2", "gemma")}
@@ -142,11 +165,17 @@ def models(attn):
     lms = {f"{f}_lm": (lambda f=f: CausalLm(f, cfg[f])) for f in ("llama", "qwen2", "gpt2")}
     # The same LMs given token ids alone (no padding: one sequence, or all of one length).
     lms.update({f"{f}_lm_ids": (lambda f=f: CausalLm(f, cfg[f])) for f in ("llama", "qwen2", "gpt2")})
+    lms["llama_lm_kv"] = lambda: CausalLmWithCache(cfg["llama"])
     return layers, lms
 
 
 def example_inputs(name):
     g = torch.Generator().manual_seed(7)
+    if name.endswith("_lm_kv"):
+        cache = [(f"past_key_values.{l}.{kv}", torch.randn(BATCH, KV_HEADS, PAST, HEAD_DIM, generator=g))
+                 for l in range(LM_LAYERS) for kv in ("key", "value")]
+        return ((torch.randint(0, VOCAB, (BATCH, 4), generator=g), *[t for _, t in cache]), ["input_ids"] + [n for n, _ in cache],
+                ["logits"] + [n.replace("past_key_values", "present") for n, _ in cache])
     if name.endswith("_lm_ids"):
         return (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),), ["input_ids"], ["logits"]
     if name.endswith("_lm"):

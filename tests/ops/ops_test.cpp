@@ -119,8 +119,9 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
 }
 
 // The general tensor math the ONNX frontend maps leftovers onto, and the embedding lookup: inference only.
-const std::set<std::string> kInferenceOnly = {"binary", "unary", "matmul", "reduce_mean", "transpose", "cast", "embedding",
-                                              "sequence_lengths"};
+const std::set<std::string> kInferenceOnly = {"binary", "unary",  "matmul",  "reduce",  "transpose", "cast",
+                                              "softmax", "compare", "where",   "slice",   "concat",    "expand",
+                                              "embedding", "sequence_lengths"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;
@@ -138,7 +139,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for README's table.
-  CHECK(builtin_ops().all().size() == 36);
+  CHECK(builtin_ops().all().size() == 42);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -150,6 +151,7 @@ std::vector<float> run_reference(const std::string& op, const std::string& attrs
     if (v.is_string()) attrs.values[k] = v.get<std::string>();
     else if (v.is_boolean()) attrs.values[k] = v.get<bool>();
     else if (v.is_array()) attrs.values[k] = v.get<std::vector<int64_t>>();
+    else if (v.is_number_integer()) attrs.values[k] = v.get<int64_t>();
   }
   return builtin_ops().get(op).reference(attrs, in).at(0).values;
 }
@@ -172,8 +174,8 @@ TEST_CASE("general tensor math: shapes follow numpy, values follow the math") {
   CHECK(out_shape("binary", R"({"fn": "pow"})", {"[4, 1, 5]", "[3, 1]"}) == Shape{4, 3, 5});
   CHECK(out_shape("matmul", "{}", {"[2, 1, 4, 3]", "[5, 3, 6]"}) == Shape{2, 5, 4, 6});
   CHECK(out_shape("matmul", "{}", {"[3]", "[3, 6]"}) == Shape{6});
-  CHECK(out_shape("reduce_mean", R"({"axes": [-1], "keepdims": true})", {"[4, 6]"}) == Shape{4, 1});
-  CHECK(out_shape("reduce_mean", R"({"axes": [0, 2], "keepdims": false})", {"[4, 6, 2]"}) == Shape{6});
+  CHECK(out_shape("reduce", R"({"fn": "mean", "axes": [-1], "keepdims": true})", {"[4, 6]"}) == Shape{4, 1});
+  CHECK(out_shape("reduce", R"({"fn": "max", "axes": [0, 2], "keepdims": false})", {"[4, 6, 2]"}) == Shape{6});
   CHECK(out_shape("transpose", R"({"perm": [2, 0, 1]})", {"[4, 6, 2]"}) == Shape{2, 4, 6});
   CHECK(out_shape("transpose", "{}", {"[4, 6, 2]"}) == Shape{2, 6, 4});
   CHECK(test::value_named(test::compile_text(general_op_graph("cast", R"({"dtype": "fp16"})", {"[4, 8]"})).at(0), "op")
@@ -184,7 +186,7 @@ TEST_CASE("general tensor math: shapes follow numpy, values follow the math") {
   CHECK(run_reference("binary", R"({"fn": "div"})", {host({2}, {1, 3}), host({}, {2})}) == std::vector<float>{0.5f, 1.5f});
   CHECK(run_reference("matmul", "{}", {host({2, 3}, {1, 2, 3, 4, 5, 6}), host({3, 1}, {1, 0, -1})}) ==
         std::vector<float>{-2, -2});
-  CHECK(run_reference("reduce_mean", R"({"axes": [0]})", {host({2, 2}, {1, 2, 3, 6})}) == std::vector<float>{2, 4});
+  CHECK(run_reference("reduce", R"({"fn": "mean", "axes": [0]})", {host({2, 2}, {1, 2, 3, 6})}) == std::vector<float>{2, 4});
   CHECK(run_reference("transpose", "{}", {host({2, 3}, {1, 2, 3, 4, 5, 6})}) == std::vector<float>{1, 4, 2, 5, 3, 6});
   const float x = 0.7f;
   for (const auto& [fn, expected] : std::vector<std::pair<std::string, double>>{

@@ -136,11 +136,11 @@ TEST_CASE("tensor_parallel refuses what a rank cannot compute on its slice, nami
   CHECK(gated.message().find("must divide by 8") != std::string::npos);
   // A mean over the tokens mixes them: not on a sequence-parallel slice.
   e = compile_error(R"({"inputs": [{"name": "x", "shape": [64, 256]}], "ops": [
-    {"name": "mean", "op": "reduce_mean", "inputs": ["x"], "attrs": {"axes": [0]}},
+    {"name": "mean", "op": "reduce", "inputs": ["x"], "attrs": {"fn": "mean", "axes": [0]}},
     {"name": "fc1", "op": "linear", "inputs": ["mean"], "attrs": {"in_features": 256, "out_features": 512, "tp_mode": "column", "tp_size": 2, "sequence_parallel": true}},
     {"name": "fc2", "op": "linear", "inputs": ["fc1"], "attrs": {"in_features": 512, "out_features": 256, "tp_mode": "row", "tp_size": 2, "sequence_parallel": true}}],
     "outputs": ["fc2"]})");
-  CHECK(e.find("op 'reduce_mean' mixes tokens") != std::string::npos);
+  CHECK(e.find("op 'reduce' mixes tokens") != std::string::npos);
 }
 
 TEST_CASE("a TP plan: every rank's constants in one file, its layouts and collective steps; damage is caught") {

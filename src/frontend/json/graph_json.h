@@ -22,6 +22,9 @@ struct FrontendOptions {
   // te-compile --tp N: the tp_size of every linear the graph marks column- or row-parallel
   // (TE's parallel_mode); 0 keeps the graph's.
   int64_t tp_size = 0;
+  // ONNX models: recognise exporters' patterns (attention, norms, GELU, ...) as TE ops; false
+  // maps every node onto the general path (te-compile --no-onnx-patterns).
+  bool onnx_patterns = true;
 };
 
 // A graph file's size limit (weights live in their own files).

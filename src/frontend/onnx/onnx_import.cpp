@@ -32,6 +32,16 @@ using onnx::squeeze_dims;
 using onnx::tec_dtype;
 using onnx::unsqueeze_dims;
 
+// ONNX reductions and comparisons on run-time values: tec's reduce and compare functions.
+const std::map<std::string, std::string> kReductions = {{"ReduceMean", "mean"}, {"ReduceSum", "sum"}, {"ReduceMax", "max"}};
+const std::map<std::string, std::string> kComparisons = {
+    {"Equal", "equal"},     {"Less", "less"}, {"LessOrEqual", "less_equal"}, {"Greater", "greater"}, {"GreaterOrEqual", "greater_equal"},
+    {"IsNaN", "isnan"},     {"Not", "not"},   {"And", "and"},                {"Or", "or"},           {"Xor", "xor"}};
+
+// Comparisons and logic on run-time values.
+constexpr const char* kComparisonClaim =
+    "float, int32 or bool tensors with numpy broadcasting -> a bool (general path); or in attention's padding mask (see GatherND)";
+
 // The ops of the padding masks transformers builds from `attention_mask`.
 constexpr const char* kPaddingMaskClaim =
     "only where it computes a constant, or in attention's mask made from an INT64/INT32 graph input (transformers' "
@@ -39,10 +49,10 @@ constexpr const char* kPaddingMaskClaim =
     "whatever its ops -> the attention's sequence lengths (cuDNN's padding mask; the input's rows must be ones, then zeros)";
 
 const std::vector<OnnxOpClaim> kClaims = {
-    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (no GPU kernel: "
-                     "such a plan runs on the CPU reference)"},
+    {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (batch "
+                     "broadcasting; fp32 accumulation on CUDA cores, the general path), or part of attention's spelling"},
     {"Gemm", 13, 2, 3, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
-                     "other forms run as transpose/matmul/scale/add (their matmul on the CPU reference only)"},
+                     "other forms run as transpose/matmul/scale/add (the general path)"},
     {"Add", 13, 2, 2, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
                     "broadcasts a general add (a GPU row kernel)"},
     {"Sub", 13, 2, 2, {}, "float tensors, numpy broadcasting (a GPU row kernel, or part of a LayerNorm pattern)"},
@@ -57,8 +67,9 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Reciprocal", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of the RMSNorm pattern)"},
     {"Neg", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
     {"Pow", 13, 2, 2, {}, "float tensors, float exponent (a GPU row kernel, or part of a GELU/norm pattern)"},
-    {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (over the last dim alone a GPU row kernel, other axes the CPU reference "
-                                    "only; or part of a norm pattern)"},
+    {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (general path, or part of a norm pattern)"},
+    {"ReduceSum", 13, 1, 2, {1}, "float tensors; axes constant (general path)"},
+    {"ReduceMax", 13, 1, 2, {1}, "float tensors; axes constant (an attribute before opset 18, an input from 18) (general path)"},
     {"LayerNormalization", 17, 2, 3, {1, 2}, "Scale and B constant; the Mean and InvStdDev outputs run as general ops"},
     {"RMSNormalization", 23, 2, 2, {1}, "Scale constant"},
     {"Attention", 23, 3, 7, {}, "3-D Q, K, V [batch, seq, heads x head_size] with q_num_heads and kv_num_heads, or 4-D [batch, heads, "
@@ -66,19 +77,16 @@ const std::vector<OnnxOpClaim> kClaims = {
                            "attn_mask (added to the scores). Not yet: a boolean attn_mask, past key/value, nonpad_kv_seqlen, "
                            "softcap, windows, the extra outputs. On the GPU through cuDNN in bf16 or fp16 (an fp32 model's inference "
                            "plan casts q, k and v to bf16 and the output back, the CPU reference alike)"},
-    {"Slice", 13, 3, 5, {1, 2, 3, 4}, "only as rotate_half in the rotary embedding exporters write for Hugging Face's "
-                        "apply_rotary_pos_emb: x cos + cat(-x[..., D/2:], x[..., :D/2]) sin, the cos and sin tables "
-                        "constants of the positions 0..S-1 -> tec's rope (half style; theta found from the tables); or where it "
-                        "computes a constant (shape arithmetic)"},
-    {"Softmax", 13, 1, 1, {}, "only as attention's softmax in the spelling exporters write for scaled_dot_product_attention: "
-                         "Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and the mask optional -> tec's "
-                         "attention (a constant causal mask becomes its causal flag; k^T written through a 3-D view, or as one "
-                         "Transpose [0, 2, 3, 1] of the head split, is read as the same)"},
-    {"Expand", 13, 2, 2, {1}, "in Hugging Face's repeat_kv before attention's spelling: Reshape(Expand(Unsqueeze(k, 2), "
-                        "[B, KVH, n, S, D]), [B, KVH x n, S, D]) of the keys and values -> tec's attention with kv_heads = KVH (GQA); "
-                        "or where it computes a constant (a causal mask expanded to the batch)"},
-    {"Split", 13, 1, 2, {1}, "only where it splits a projection's output along its features (GPT-2's fused c_attn, a fused "
-                        "gate_up; through a Reshape that keeps the last dim) -> one linear per part"},
+    {"Slice", 13, 3, 5, {1, 2, 3, 4}, "starts, ends, axes and steps constant (general path; empty slices refused), or as rotate_half in "
+                        "the rotary embedding exporters write for Hugging Face's apply_rotary_pos_emb: x cos + cat(-x[..., D/2:], "
+                        "x[..., :D/2]) sin, the cos and sin tables constants of the positions 0..S-1 -> tec's rope"},
+    {"Softmax", 13, 1, 1, {}, "float tensors, any axis (general path), or as attention's softmax in the spelling exporters write for "
+                         "scaled_dot_product_attention: Softmax(MatMul(q, Transpose(k)) x scale + mask) MatMul v, each scale and "
+                         "the mask optional -> tec's attention (a constant causal mask becomes its causal flag)"},
+    {"Expand", 13, 2, 2, {1}, "shape constant (general path), or in Hugging Face's repeat_kv before attention's spelling: "
+                        "Reshape(Expand(Unsqueeze(k, 2), [B, KVH, n, S, D]), [B, KVH x n, S, D]) -> tec's GQA attention"},
+    {"Split", 13, 1, 2, {1}, "split constant, or num_outputs (opset 18), or equal parts (general path: slices), or of a projection's "
+                        "output along its features (GPT-2's fused c_attn, a fused gate_up) -> one linear per part"},
     {"Reshape", 13, 2, 2, {1}, "shape constant"},
     {"Flatten", 13, 1, 1, {}, ""},
     {"Transpose", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
@@ -97,23 +105,23 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Gather", 13, 2, 2, {}, "of a constant 2-D float table along axis 0 at run-time indices (an embedding lookup: token ids, "
                            "an INT64 or INT32 graph input, become int32; an id outside the table is an error at run time) -> "
                            "tec's embedding; or where it computes a constant (shape arithmetic)"},
-    {"IsNaN", 9, 1, 1, {}, "only as the guard transformers' sdpa attention writes after its softmax, Where(IsNaN(p), 0, p), "
-                         "which changes nothing where no query row has every key masked (no mask, or a causal one)"},
+    {"IsNaN", 9, 1, 1, {}, "float tensors (general path); as the guard transformers' sdpa attention writes after its softmax, "
+                         "Where(IsNaN(p), 0, p), it joins the attention"},
     {"ConstantOfShape", 9, 1, 1, {0}, "folded (torch.onnx's expand: the shape of ones it compares against)"},
-    {"Equal", 11, 2, 2, {}, "only where it computes a constant (torch.onnx's expand: Where(Equal(shape, -1), ones, shape))"},
-    {"Where", 9, 3, 3, {}, "only where it computes a constant (see Equal), as attention's NaN guard (see IsNaN), or in a padding "
-                       "mask (see And)"},
-    {"And", 7, 2, 2, {}, kPaddingMaskClaim},
-    {"Or", 7, 2, 2, {}, kPaddingMaskClaim},
-    {"Xor", 7, 2, 2, {}, kPaddingMaskClaim},
-    {"Not", 1, 1, 1, {}, kPaddingMaskClaim},
-    {"Less", 9, 2, 2, {}, kPaddingMaskClaim},
-    {"LessOrEqual", 12, 2, 2, {}, kPaddingMaskClaim},
-    {"Greater", 9, 2, 2, {}, kPaddingMaskClaim},
-    {"GreaterOrEqual", 12, 2, 2, {}, kPaddingMaskClaim},
+    {"Equal", 11, 2, 2, {}, kComparisonClaim},
+    {"Where", 9, 3, 3, {}, "a bool condition, float, int32 or bool branches (general path); or attention's NaN guard (see IsNaN), or in "
+                       "a padding mask (see GatherND)"},
+    {"And", 7, 2, 2, {}, kComparisonClaim},
+    {"Or", 7, 2, 2, {}, kComparisonClaim},
+    {"Xor", 7, 2, 2, {}, kComparisonClaim},
+    {"Not", 1, 1, 1, {}, kComparisonClaim},
+    {"Less", 9, 2, 2, {}, kComparisonClaim},
+    {"LessOrEqual", 12, 2, 2, {}, kComparisonClaim},
+    {"Greater", 9, 2, 2, {}, kComparisonClaim},
+    {"GreaterOrEqual", 12, 2, 2, {}, kComparisonClaim},
     {"GatherND", 11, 2, 2, {}, kPaddingMaskClaim},
-    {"Concat", 13, 1, kVariadicInputs, {}, "only where it computes a constant (shape arithmetic), or as rotate_half in the "
-                                             "rotary embedding (see Slice)"},
+    {"Concat", 13, 1, kVariadicInputs, {}, "float, int32 or bool tensors (general path), or as rotate_half in the rotary "
+                                             "embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
                                    "chooses the recipe: a scalar scale fp8-static (the model's scales kept), block_size 128 "
                                    "fp8-block, block_size 32 with E8M0 scales mxfp8 (scales computed at run time)"},
@@ -193,9 +201,11 @@ class Importer {
     skip_noop_casts();
     find_constants();
     fold_known_constants();
-    find_patterns();
+    if (opt_.onnx_patterns) find_patterns();
+    else group_of_.assign(nodes_.size(), -1);
+    check_no_kv_cache();
     find_padding_masks();
-    check_pattern_only_ops();
+    check_constant_only_ops();
     check_qdq_placement();
     throw_problems();
     OnnxImport result;
@@ -474,35 +484,22 @@ class Importer {
     }
   }
 
-  // Ops tec takes only inside a pattern, or (Gather, Concat) where they compute constants:
-  // after find_patterns, each one left on run-time values is named.
-  void check_pattern_only_ops() {
+  // Ops tec takes only where they compute constants, in a pattern or in a padding mask: after
+  // find_patterns, each one left on run-time values is named. (The rest have a general form.)
+  void check_constant_only_ops() {
     for (const onnx::Node& n : nodes_) {
       const auto i = static_cast<size_t>(n.index);
       if (constant_node_[i] || group_of_[i] >= 0 || mask_node_[i] || !n.domain.empty()) continue;
       if (n.op_type == "Gather" && is_embedding_lookup(n)) continue;  // emitted as tec's embedding
-      if (find_claim(n.op_type) && find_claim(n.op_type)->limits == kPaddingMaskClaim) {
-        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant, or in "
-                               "attention's padding mask made from an integer input");
-        continue;
-      }
-      if (n.op_type == "Gather" || n.op_type == "Concat")
-        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant shape" +
-                       (n.op_type == "Concat" ? " or in the rotary embedding's rotate_half" : ""));
-      else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu")
+      if (n.op_type == "GatherND")
+        problem(n, "GatherND on run-time values is not supported; tec takes it only where it computes a constant, or in "
+                   "attention's padding mask made from an integer input");
+      else if (n.op_type == "Gather")
+        problem(n, "Gather on run-time values is not supported; tec takes it as an embedding lookup (a constant 2-D table at "
+                   "run-time indices along axis 0) or where it computes a constant");
+      else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu" || n.op_type == "ConstantOfShape")
         problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (rotary "
-                               "tables, a causal mask)");
-      else if (n.op_type == "ConstantOfShape" || n.op_type == "Equal" || n.op_type == "Where" || n.op_type == "IsNaN")
-        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (an "
-                               "expand's shape)");
-      else if (n.op_type == "Softmax")
-        problem(n, "a Softmax outside attention's MatMul/Softmax/MatMul spelling (te-compile --onnx-ops) is not supported yet");
-      else if (n.op_type == "Slice")
-        problem(n, "a Slice outside the rotary embedding's rotate_half (te-compile --onnx-ops) is not supported yet");
-      else if (n.op_type == "Split")
-        problem(n, "a Split other than of a projection's output along its features (te-compile --onnx-ops) is not supported yet");
-      else if (n.op_type == "Expand")
-        problem(n, "an Expand outside repeat_kv's repeat of attention's keys and values (te-compile --onnx-ops) is not supported yet");
+                               "tables, a causal mask, a shape)");
     }
   }
 
@@ -1289,6 +1286,45 @@ class Importer {
     each("Softmax", &Importer::match_attention);
   }
 
+  // A graph input whose values an attention reads as keys or values after Concat with the new
+  // ones: a KV cache (transformers' use_cache=True export, past_key_values.* -> present.*).
+  // tec's attention patterns compute a forward over the whole sequence, so such a model is
+  // named rather than compiled with a cache it does not have.
+  void check_no_kv_cache() {
+    std::map<std::string, int32_t> float_inputs;
+    for (const auto& in : m_.inputs)
+      if (onnx::is_float_type(in.elem_type) && !known_.count(in.name)) float_inputs[in.name] = in.elem_type;
+    // `v` through the views exporters put between a cache and the attention (a Concat of one
+    // input among them: transformers' first update of an empty cache layer).
+    auto through_views = [&](std::string v) {
+      static const std::set<std::string> views = {"Reshape", "Unsqueeze", "Squeeze", "Expand", "Transpose", "Identity", "Cast", "Flatten"};
+      for (int depth = 0; depth < 16; ++depth) {
+        const int p = producer_of(v);
+        const bool single_concat = p >= 0 && node(p).op_type == "Concat" && node(p).inputs.size() == 1;
+        if (p < 0 || (!views.count(node(p).op_type) && !single_concat) || node(p).inputs.empty()) break;
+        v = node(p).inputs[0];
+      }
+      return v;
+    };
+    std::set<std::string> named;
+    for (const Group& g : groups_) {
+      if (g.kind != Group::Kind::attention) continue;
+      for (const bool keys : {true, false}) {
+        const int cat = producer_of(through_views(keys ? g.key : g.value));
+        if (cat < 0 || node(cat).op_type != "Concat") continue;
+        for (const std::string& part : node(cat).inputs) {
+          const std::string cache = through_views(part);
+          if (!float_inputs.count(cache) || !named.insert(cache).second) continue;
+          problem(node(cat), "input '" + cache + "' is a KV cache (use_cache=True): an attention reads it as its " +
+                                 (keys ? "keys" : "values") + " after this Concat with the new ones. tec compiles a "
+                                 "forward over the whole sequence: export with use_cache=False (text generation over a KV cache "
+                                 "is not built yet). --no-onnx-patterns compiles this graph as it is, one step at the past length "
+                                 "its profile fixes, on the general path");
+        }
+      }
+    }
+  }
+
   // Q/DQ pairs must feed GEMM inputs only, and then every GEMM's, since one recipe holds
   // for the whole plan.
   void check_qdq_placement() {
@@ -1404,14 +1440,18 @@ class Importer {
   // A constant as a weight value, in the dtype of the run-time operand it meets.
   ValueId weight_value(Env& e, const std::string& v, DType dtype, const std::string& source) {
     const Tensor& t = *e.consts.at(v);
-    TEC_UNSUPPORTED_CHECK(t.is_float(), (ErrorContext{"onnx", v, "", source}))
-        << "constant '" << v << "' is " << onnx::elem_type_name(t.elem_type) << "; tec's run-time ops take float tensors";
+    const bool integer = dtype == DType::int32 || dtype == DType::uint8;  // (ids, bools: exact in float)
+    TEC_UNSUPPORTED_CHECK(t.is_float() || integer, (ErrorContext{"onnx", v, "", source}))
+        << "constant '" << v << "' is " << onnx::elem_type_name(t.elem_type) << "; tec's run-time ops take float tensors here";
+    std::vector<float> values = t.floats;
+    if (!t.is_float())
+      for (int64_t i : t.ints) values.push_back(static_cast<float>(i));
     Value w;
     w.name = unique(e, v);
     w.kind = ValueKind::weight;
     w.source = source;
     w.proto = TensorProto::dense(Shape(t.dims), dtype);
-    w.weight = WeightSource{.kind = WeightSource::Kind::values, .values = std::make_shared<const std::vector<float>>(t.floats),
+    w.weight = WeightSource{.kind = WeightSource::Kind::values, .values = std::make_shared<const std::vector<float>>(std::move(values)),
                             .origin = "ONNX constant '" + v + "'"};
     return e.g.add_value(std::move(w));
   }
@@ -2056,13 +2096,14 @@ class Importer {
     Attributes mean_attrs;
     mean_attrs.values["axes"] = std::vector<int64_t>{-1};
     mean_attrs.values["keepdims"] = true;
+    mean_attrs.values["fn"] = std::string("mean");
     const std::string base = n.outputs[0];
-    const ValueId mean = emit(e, n, "reduce_mean", {rows}, mean_attrs, {}, base + ".mean");
+    const ValueId mean = emit(e, n, "reduce", {rows}, mean_attrs, {}, base + ".mean");
     if (wanted(1)) e.runtime[n.outputs[1]] = reshape_to(e, n, mean, stat_dims, n.outputs[1]);
     if (!wanted(2)) return;
     const ValueId d = emit(e, n, "binary", {rows, mean}, fn_attr("sub"), {}, base + ".centered");
     const ValueId sq = emit(e, n, "binary", {d, d}, fn_attr("mul"), {}, base + ".squared");
-    const ValueId var = emit(e, n, "reduce_mean", {sq}, mean_attrs, {}, base + ".variance");
+    const ValueId var = emit(e, n, "reduce", {sq}, mean_attrs, {}, base + ".variance");
     const std::string eps_name = base + ".epsilon";
     e.consts[eps_name] = std::make_shared<const Tensor>(Tensor{onnx::kFloat, {1}, {attr_float(n, "epsilon", 1e-5f)}, {}});
     const ValueId eps = weight_value(e, eps_name, e.g.value(var).proto.dtype, node_ctx(n).location);
@@ -2297,10 +2338,91 @@ class Importer {
     return emit(e, n, "transpose", {split}, perm, {}, out);
   }
 
+  // The ONNX ops whose run-time form is one of tec's general-path ops (ir/general_kernel.h):
+  // softmax, compare, where, concat, expand, slice (Split: one slice per output). Returns false
+  // for other ops.
+  bool emit_general(Env& e, const onnx::Node& n) {
+    const std::string& op = n.op_type;
+    const std::string& out = n.outputs.at(0);
+    // Constants meet the dtype of the first run-time input from `first` on.
+    auto runtime_dtype = [&](size_t first) {
+      for (size_t i = first; i < n.inputs.size(); ++i)
+        if (!n.inputs[i].empty() && !e.consts.count(n.inputs[i])) return e.g.value(runtime(e, n.inputs[i], n)).proto.dtype;
+      return DType::fp32;
+    };
+    auto operands = [&](size_t first, size_t last, DType dtype) {
+      std::vector<ValueId> values;
+      for (size_t i = first; i < last; ++i) values.push_back(operand(e, n.inputs.at(i), dtype, n));
+      return values;
+    };
+    auto constant_ints = [&](size_t slot) {
+      return slot < n.inputs.size() && !n.inputs[slot].empty() ? as_ints(*e.consts.at(n.inputs[slot])) : std::vector<int64_t>{};
+    };
+    Attributes a;
+    if (op == "Softmax") {
+      a.values["axis"] = attr_int(n, "axis", -1);
+      e.runtime[out] = emit(e, n, "softmax", {runtime(e, n.inputs[0], n)}, a, {}, out);
+    } else if (auto it = kComparisons.find(op); it != kComparisons.end()) {
+      const bool logic = it->second == "not" || it->second == "and" || it->second == "or" || it->second == "xor";
+      e.runtime[out] = emit(e, n, "compare", operands(0, n.inputs.size(), logic ? DType::uint8 : runtime_dtype(0)), fn_attr(it->second), {}, out);
+    } else if (op == "Where") {
+      std::vector<ValueId> in = operands(0, 1, DType::uint8), branches = operands(1, 3, runtime_dtype(1));
+      in.insert(in.end(), branches.begin(), branches.end());
+      e.runtime[out] = emit(e, n, "where", in, {}, {}, out);
+    } else if (op == "Concat") {
+      a.values["axis"] = attr_int(n, "axis", 0);
+      e.runtime[out] = emit(e, n, "concat", operands(0, n.inputs.size(), runtime_dtype(0)), a, {}, out);
+    } else if (op == "Expand") {
+      a.values["shape"] = constant_ints(1);
+      e.runtime[out] = emit(e, n, "expand", {runtime(e, n.inputs[0], n)}, a, {}, out);
+    } else if (op == "Slice") {
+      a.values["starts"] = constant_ints(1);
+      a.values["ends"] = constant_ints(2);
+      a.values["axes"] = constant_ints(3);
+      a.values["steps"] = constant_ints(4);
+      e.runtime[out] = emit(e, n, "slice", {runtime(e, n.inputs[0], n)}, a, {}, out);
+    } else if (op == "Split") {
+      emit_split(e, n);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // Split along `axis`: the sizes from input 1, or parts as equal as num_outputs (opset 18) or
+  // the output count allow (the last smaller), each part one slice.
+  void emit_split(Env& e, const onnx::Node& n) {
+    const ValueId x = runtime(e, n.inputs[0], n);
+    const Shape& shape = e.g.value(x).proto.shape;
+    const int64_t rank = static_cast<int64_t>(shape.rank()), axis = attr_int(n, "axis", 0);
+    TEC_USER_CHECK(axis >= -rank && axis < rank, node_ctx(n)) << "axis " << axis << " is out of range for rank " << rank;
+    const int64_t extent = shape.dims[static_cast<size_t>(axis < 0 ? axis + rank : axis)];
+    std::vector<int64_t> sizes = n.inputs.size() > 1 && !n.inputs[1].empty() ? as_ints(*e.consts.at(n.inputs[1])) : std::vector<int64_t>{};
+    if (sizes.empty()) {
+      const int64_t parts = attr_int(n, "num_outputs", static_cast<int64_t>(n.outputs.size())), each = (extent + parts - 1) / parts;
+      for (int64_t start = 0; start < extent; start += each) sizes.push_back(std::min(each, extent - start));
+    }
+    int64_t total = 0;
+    for (int64_t size : sizes) total += size;
+    TEC_USER_CHECK(sizes.size() == n.outputs.size() && total == extent, node_ctx(n))
+        << "the parts (" << sizes.size() << ", " << total << " in all) do not split axis " << axis << " of extent " << extent << " into "
+        << n.outputs.size() << " outputs";
+    int64_t start = 0;
+    for (size_t o = 0; o < sizes.size(); ++o) {
+      Attributes a;
+      a.values["starts"] = std::vector<int64_t>{start};
+      a.values["ends"] = std::vector<int64_t>{start + sizes[o]};
+      a.values["axes"] = std::vector<int64_t>{axis};
+      if (!n.outputs[o].empty()) e.runtime[n.outputs[o]] = emit(e, n, "slice", {x}, a, {}, n.outputs[o]);
+      start += sizes[o];
+    }
+  }
+
   // One ONNX node that no pattern took.
   void emit_node(Env& e, const onnx::Node& n) {
     const std::string& op = n.op_type;
     const std::string out = n.outputs.empty() ? "" : n.outputs[0];
+    if (emit_general(e, n)) return;
     auto in0 = [&] { return runtime(e, n.inputs.at(0), n); };
     auto shape0 = [&] { return e.g.value(in0()).proto.shape; };
     if (auto it = onnx::kBinaryFunctions.find(op); it != onnx::kBinaryFunctions.end()) return emit_binary(e, n, it->second);
@@ -2339,7 +2461,7 @@ class Importer {
     if (op == "Gather") return emit_embedding(e, n);
     if (op == "Attention") return emit_attention(e, n);
     if (op == "LayerNormalization" || op == "RMSNormalization") return emit_norm(e, n, op == "LayerNormalization");
-    if (op == "ReduceMean") {
+    if (auto it = kReductions.find(op); it != kReductions.end()) {
       std::vector<int64_t> axes;
       if (auto a = attr_ints(n, "axes")) axes = *a;
       else if (n.inputs.size() > 1 && !n.inputs[1].empty()) axes = as_ints(*e.consts.at(n.inputs[1]));
@@ -2350,7 +2472,8 @@ class Importer {
       Attributes a;
       a.values["axes"] = axes;
       a.values["keepdims"] = attr_int(n, "keepdims", 1) != 0;
-      e.runtime[out] = emit(e, n, "reduce_mean", {in0()}, a, {}, out);
+      a.values["fn"] = it->second;
+      e.runtime[out] = emit(e, n, "reduce", {in0()}, a, {}, out);
       return;
     }
     auto reshape_node = [&](std::vector<int64_t> dims) {
@@ -2492,19 +2615,12 @@ class Importer {
         }
         if (gid >= 0) {
           const Group& grp = groups_[static_cast<size_t>(gid)];
-          if (grp.root == i) emit_group(e, grp);
+          if (grp.root == i && !emit_group_or_general(e, grp)) continue;  // (its members' reports say why)
           const int shown = grp.kind == Group::Kind::gated ? grp.members.back() : grp.root;
           became_[static_cast<size_t>(i)] = grp.describe + " ('" + node(shown).name + "')";
           continue;
         }
-        const size_t before = e.g.nodes.size();
-        emit_node(e, n);
-        std::string ops;
-        for (size_t k = before; k < e.g.nodes.size(); ++k) {
-          ops += (ops.empty() ? "" : " + ") + e.g.nodes[k].op;
-          emitted_[static_cast<size_t>(i)].push_back(e.g.nodes[k].name);
-        }
-        became_[static_cast<size_t>(i)] = ops.empty() ? "an alias" : ops + (qdq_gemms_.count(i) ? " (input quantized by its Q/DQ pair)" : "");
+        emit_plain(e, i, "no pattern took it");
       } catch (const Error& err) {
         if (err.kind() != ErrorKind::unsupported && err.kind() != ErrorKind::invalid_input) throw;
         problem(n, err.message());
@@ -2536,6 +2652,52 @@ class Importer {
     throw_problems();
     verify(e.g);
     return without_unread_nodes(std::move(e.g));
+  }
+
+  // One node as it is (emit_node), and what it became for the report; `why_general` says why
+  // no pattern took a node that went the general path (and any node of a refused pattern).
+  void emit_plain(Env& e, int i, const std::string& why_general, bool refused_pattern = false) {
+    const size_t before = e.g.nodes.size();
+    emit_node(e, node(i));
+    std::string ops;
+    bool general = false;
+    for (size_t k = before; k < e.g.nodes.size(); ++k) {
+      ops += (ops.empty() ? "" : " + ") + e.g.nodes[k].op;
+      general = general || builtin_ops().get(e.g.nodes[k].op).general;
+      emitted_[static_cast<size_t>(i)].push_back(e.g.nodes[k].name);
+    }
+    became_[static_cast<size_t>(i)] = ops.empty() ? "an alias"
+                                      : ops + (qdq_gemms_.count(i) ? " (input quantized by its Q/DQ pair)" : "") +
+                                            (general || refused_pattern ? " (general path: " + why_general + ")" : "");
+  }
+
+  // A pattern whose emission refuses what it found (rope tables that are no rope's, a mask that
+  // is no padding, shapes its op does not take) leaves its nodes to the general path, which
+  // computes them as the model writes them; the report says which pattern and why. False then.
+  // A pattern whose nodes cannot all be emitted alone (an input only the pattern reads, such as
+  // a padding mask it probed) keeps the pattern's error.
+  bool emit_group_or_general(Env& e, const Group& grp) {
+    try {
+      emit_group(e, grp);
+      return true;
+    } catch (const Error& err) {
+      if (err.kind() != ErrorKind::unsupported || !members_stand_alone(e, grp)) throw;
+      std::vector<int> members;  // in topological order
+      for (int i : order_)
+        if (std::find(grp.members.begin(), grp.members.end(), i) != grp.members.end()) members.push_back(i);
+      for (int m : members) emit_plain(e, m, "the pattern '" + grp.describe + "' found here refused it: " + err.message(), true);
+      return false;
+    }
+  }
+
+  // Whether every input of the group's nodes is a constant, emitted already, or made by another of them.
+  bool members_stand_alone(const Env& e, const Group& grp) const {
+    std::set<std::string> made;
+    for (int m : grp.members) made.insert(node(m).outputs.begin(), node(m).outputs.end());
+    for (int m : grp.members)
+      for (const std::string& in : node(m).inputs)
+        if (!in.empty() && !e.consts.count(in) && !e.runtime.count(in) && !made.count(in)) return false;
+    return true;
   }
 
   // The graph without the nodes nothing reads (a split into heads a pattern read around), and

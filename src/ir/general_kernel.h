@@ -1,0 +1,52 @@
+// The general path: how an op that no row producer or codegen module of its own takes runs on
+// any shape, as strided loops. Its OpDef describes the loops (OpDef::general); the GPU runs
+// them with kernels/general.cu (src/codegen/general.cpp) and the CPU reference with
+// src/ops/general_reference.cpp, both in the same order, so the two agree bit for bit:
+// - map: out[i] = f(a[...], b[...], c[...]) over the output's dims, each input read through its
+//   own strides (0 along a broadcast dim); f is a TEC_MAP_* code of kernels/tec_math.h.
+// - copies: elements moved, not computed (slice, concat, expand): each copy reads one input
+//   over a region of the output.
+// - softmax: rows of `n` elements `inner` apart; each row's max, then the sum of exp(x - max)
+//   in a 256-thread block's order (tec_row_sum_order), then exp(x - max) / sum.
+// - reduce: one output per kept index; its reduced elements in row-major order of the reduced
+//   dims, summed in a block's order (sum, mean) or maxed.
+// - matmul: out[b, m, n] = sum over k, in order, of a[b, m, k] x b[b, k, n], in fp32 without
+//   fused multiply-add; the batch dims broadcast through each operand's batch strides.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace tec {
+
+enum class GeneralKernel : uint8_t { map, copies, softmax, reduce, matmul };
+
+// The most dims a general loop walks after adjacent dims are merged (general_loops.h); more
+// is refused when the op is defined, naming the node.
+inline constexpr size_t kGeneralMaxRank = 6;
+
+// Input `input` read over a region of the output: element at region coordinate c is
+// in[in_offset + sum c_d in_strides_d], written to out[out_offset + sum c_d out_strides_d].
+struct StridedCopy {
+  int input = 0;
+  std::vector<int64_t> dims;
+  int64_t in_offset = 0, out_offset = 0;
+  std::vector<int64_t> in_strides, out_strides;
+};
+
+struct GeneralPlan {
+  GeneralKernel kernel = GeneralKernel::map;
+  std::vector<int64_t> out_dims;  // the output's shape
+  int code = 0;  // map: TEC_MAP_*; reduce: TEC_REDUCE_* (kernels/tec_math.h)
+  // map: the output's dims, and each input's strides along them. reduce: the kept dims (the
+  // output's, row-major) with the input's strides along them, and the reduced ones.
+  // matmul: the batch dims, with each operand's batch strides (elements).
+  std::vector<int64_t> dims;
+  std::vector<std::vector<int64_t>> strides;
+  std::vector<int64_t> reduced_dims, reduced_strides;
+  std::vector<StridedCopy> copies;
+  int64_t rows = 0, n = 0, inner = 1;  // softmax
+  int64_t m = 0, k = 0;                // matmul (n above)
+};
+
+}  // namespace tec

@@ -1,0 +1,160 @@
+// Ops that move elements and compute none, on the general path as strided copies
+// (ir/general_kernel.h), exact on the GPU: slice (ONNX Slice: starts, ends, axes, steps, with
+// its clamping), concat (along one axis), expand (ONNX Expand: broadcast to a shape). What an
+// export's rotary halves, head splits and repeated keys become when no pattern takes them.
+#include <algorithm>
+
+#include "ops/common.h"
+#include "ops/general.h"
+
+namespace tec {
+
+namespace {
+
+// ONNX Slice on one axis of extent `dim`: the first index, the step and the count taken.
+struct AxisSlice {
+  int64_t start = 0, step = 1, count = 0;
+};
+
+AxisSlice slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  TEC_USER_CHECK(step != 0, {}) << "slice step 0";
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+  } else {
+    start = std::clamp<int64_t>(start, 0, dim - 1);
+    end = std::clamp<int64_t>(end, -1, dim - 1);
+  }
+  const int64_t span = step > 0 ? end - start : start - end, magnitude = step > 0 ? step : -step;
+  return AxisSlice{start, step, span > 0 ? (span + magnitude - 1) / magnitude : 0};
+}
+
+GeneralPlan single_copy_plan(std::vector<int64_t> out_dims, int64_t in_offset, std::vector<int64_t> in_strides, const char* what) {
+  GeneralPlan p;
+  p.kernel = GeneralKernel::copies;
+  p.out_dims = out_dims;
+  StridedCopy c;
+  c.dims = std::move(out_dims);
+  c.in_offset = in_offset;
+  c.in_strides = std::move(in_strides);
+  c.out_strides = Shape(c.dims).contiguous_strides();
+  merge_dims(c.dims, {&c.in_strides, &c.out_strides}, what);
+  p.copies.push_back(std::move(c));
+  return p;
+}
+
+GeneralPlan slice_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape& x = in.at(0);
+  const std::vector<int64_t> starts = attrs.get_ints("starts"), ends = attrs.get_ints("ends");
+  std::vector<int64_t> axes = attrs.get_ints("axes"), steps = attrs.get_ints("steps");
+  if (axes.empty())
+    for (size_t d = 0; d < starts.size(); ++d) axes.push_back(static_cast<int64_t>(d));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  TEC_USER_CHECK(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(), {})
+      << "slice needs as many ends, axes and steps as starts (" << starts.size() << "), got " << ends.size() << ", " << axes.size()
+      << " and " << steps.size();
+  const auto rank = static_cast<int64_t>(x.rank());
+  const std::vector<int64_t> strides = x.contiguous_strides();
+  std::vector<int64_t> dims = x.dims, in_strides = strides;
+  std::vector<bool> seen(x.rank(), false);
+  int64_t offset = 0;
+  for (size_t i = 0; i < starts.size(); ++i) {
+    TEC_USER_CHECK(axes[i] >= -rank && axes[i] < rank, {}) << "slice axis " << axes[i] << " is out of range for rank " << rank;
+    const auto a = static_cast<size_t>(axes[i] < 0 ? axes[i] + rank : axes[i]);
+    TEC_USER_CHECK(!seen[a], {}) << "slice axis " << axes[i] << " repeats";
+    seen[a] = true;
+    const AxisSlice s = slice_axis(x.dims[a], starts[i], ends[i], steps[i]);
+    TEC_UNSUPPORTED_CHECK(s.count > 0, {}) << "slice of axis " << a << " (extent " << x.dims[a] << ") from " << starts[i] << " to "
+                                           << ends[i] << " by " << steps[i] << " is empty; tensors without elements are not supported";
+    dims[a] = s.count;
+    offset += s.start * strides[a];
+    in_strides[a] = s.step * strides[a];
+  }
+  return single_copy_plan(dims, offset, in_strides, "a slice");
+}
+
+GeneralPlan concat_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape& first = in.at(0);
+  const auto rank = static_cast<int64_t>(first.rank());
+  const int64_t axis = attrs.get_int("axis", 0);
+  TEC_USER_CHECK(rank >= 1 && axis >= -rank && axis < rank, {}) << "concat axis " << axis << " is out of range for rank " << rank;
+  const auto a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  std::vector<int64_t> out = first.dims;
+  out[a] = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    bool same = in[i].rank() == first.rank();
+    for (size_t d = 0; same && d < first.rank(); ++d) same = d == a || in[i].dims[d] == first.dims[d];
+    TEC_USER_CHECK(same, {}) << "concat input " << i << " is " << in[i].str() << "; along axis " << a << " it must match " << first.str()
+                             << " in every other dim";
+    out[a] += in[i].dims[a];
+  }
+  GeneralPlan p;
+  p.kernel = GeneralKernel::copies;
+  p.out_dims = out;
+  const std::vector<int64_t> out_strides = Shape(out).contiguous_strides();
+  int64_t along = 0;
+  for (size_t i = 0; i < in.size(); ++i) {
+    StridedCopy c;
+    c.input = static_cast<int>(i);
+    c.dims = in[i].dims;
+    c.in_strides = in[i].contiguous_strides();
+    c.out_offset = along * out_strides[a];
+    c.out_strides = out_strides;
+    merge_dims(c.dims, {&c.in_strides, &c.out_strides}, "a concat");
+    along += in[i].dims[a];
+    p.copies.push_back(std::move(c));
+  }
+  return p;
+}
+
+GeneralPlan expand_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape out = broadcast_shape_checked(in.at(0), Shape(attrs.get_ints("shape")), {});
+  return single_copy_plan(out.dims, 0, broadcast_strides(in.at(0), out), "an expand");
+}
+
+DType same_dtype(const InferContext& ctx) {
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    require_high_precision(ctx, static_cast<int>(i));
+    TEC_USER_CHECK(ctx.inputs[i].dtype == ctx.inputs[0].dtype, ctx.error)
+        << "input " << i << " is " << to_string(ctx.inputs[i].dtype) << ", input 0 " << to_string(ctx.inputs[0].dtype);
+  }
+  return ctx.inputs[0].dtype;
+}
+
+}  // namespace
+
+void register_view_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "slice",
+      .summary = "x[start:end:step] along axes, clamped as ONNX Slice does (general path)",
+      .attrs = {{"starts", AttrType::ints, std::nullopt, {}, "first index per axis (negative: from the end)"},
+                {"ends", AttrType::ints, std::nullopt, {}, "end index per axis, exclusive (clamped)"},
+                {"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the axes; empty: 0, 1, ..."},
+                {"steps", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the steps (nonzero); empty: 1"}},
+      .infer = general_infer(slice_plan, same_dtype),
+      .reference = general_reference(slice_plan),
+      .general = slice_plan,
+  });
+  registry.add(OpDef{
+      .name = "concat",
+      .summary = "the inputs one after another along axis (general path)",
+      .min_inputs = 1,
+      .max_inputs = 64,
+      .attrs = {{"axis", AttrType::int_, std::nullopt, {}, "the axis joined along"}},
+      .infer = general_infer(concat_plan, same_dtype),
+      .reference = general_reference(concat_plan),
+      .general = concat_plan,
+  });
+  registry.add(OpDef{
+      .name = "expand",
+      .summary = "x broadcast to shape (ONNX Expand: numpy broadcasting both ways) (general path)",
+      .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the shape broadcast to"}},
+      .infer = general_infer(expand_plan, same_dtype),
+      .reference = general_reference(expand_plan),
+      .general = expand_plan,
+  });
+}
+
+}  // namespace tec
