@@ -94,7 +94,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   const int verify_runs = profile.train ? o.verify_steps : 1;
   if (o.verify_cpu) {
     // 1. The whole graph from fresh state, against the reference running on its own.
-    const double bound = output_bound(plan->recipe);
+    const double bound = output_bound(plan->recipe, profile);
     std::printf("\nverify against the CPU reference (same inputs, seed %llu%s):\n", static_cast<unsigned long long>(o.seed),
                 verify_runs > 1 ? (", " + std::to_string(verify_runs) + " training steps, state carried over").c_str() : "");
     std::printf("  %-4s %-28s %14s %14s  %s\n", "run", "tensor", "|out-ref|/|ref|", "max |out-ref|", "verdict");

@@ -95,11 +95,16 @@ inline void state_bytes(const plan::Profile& profile, runtime::Session& session,
 }
 
 // The bound on ||gpu - reference|| / ||reference|| for a whole output: the GEMMs accumulate
-// in another order, and a few elements then round to a neighbouring code.
-inline double output_bound(const std::string& recipe) {
-  if (recipe == "bf16") return 0.01;
-  if (recipe == "nvfp4") return 0.15;
-  return 0.05;
+// in another order, and a few elements then round to a neighbouring code. Each quantized GEMM
+// the difference passes adds its own rounding noise, independent of the last, so the bound
+// grows as the square root of the plan's GEMM steps past four (a layer's MLP): a whole causal
+// LM of two layers and its lm_head (13 GEMM steps) measured 0.058 under fp8-current and 0.19
+// under NVFP4 on the H200, every step of it bit-identical or within its own bound.
+inline double output_bound(const std::string& recipe, const plan::Profile& profile) {
+  const double base = recipe == "bf16" ? 0.01 : recipe == "nvfp4" ? 0.15 : 0.05;
+  if (recipe == "bf16") return base;
+  const auto gemm_steps = std::count_if(profile.steps.begin(), profile.steps.end(), [](const plan::Step& s) { return s.kind == "gemm"; });
+  return base * std::max(1.0, std::sqrt(static_cast<double>(gemm_steps) / 4.0));
 }
 
 // A train plan's lasting state (main_grad, masters, moments) after whole steps run apart on

@@ -144,7 +144,7 @@ int run_gpu_tensor_parallel(std::shared_ptr<const plan::Plan> plan, const GpuRun
   };
 
   if (o.verify_cpu) {
-    const double bound = output_bound(plan->recipe);
+    const double bound = output_bound(plan->recipe, profile);
     const int runs = profile.train ? o.verify_steps : 1;
     std::printf("\nverify against the CPU reference running all %d ranks (same inputs, seed %llu%s):\n", ranks,
                 static_cast<unsigned long long>(o.seed),
