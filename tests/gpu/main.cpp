@@ -9,7 +9,7 @@ int main() {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // a run cut short by a timeout still shows how far it got
   // TEC_GPU_TEST_ONLY=<group> runs one group alone.
   const char* only = std::getenv("TEC_GPU_TEST_ONLY");
-  const std::set<std::string> groups = {"encode", "quantize", "delayed", "plans", "train", "moe", "leak", "tuning", "tp"};
+  const std::set<std::string> groups = {"encode", "quantize", "delayed", "plans", "train", "moe", "embedding", "leak", "tuning", "tp"};
   if (only && !groups.count(only)) {
     // A misspelt group would otherwise run nothing and report that everything passed.
     std::string names;
