@@ -1,5 +1,5 @@
 // What te-compile and te-run share: command-line parsing and turning errors into one line on
-// stderr plus the documented exit code (README.md, "Exit codes").
+// stderr plus the documented exit code (docs/architecture.md, "Errors and exit codes").
 #pragma once
 
 #include <CLI/CLI.hpp>

@@ -56,7 +56,7 @@ Exit codes:
 Train plans (--mode train) run on the GPU as one CUDA graph and on the CPU reference executor
 under every recipe (mxfp8 and nvfp4 through bf16 GEMMs on dequantized copies, so slower than
 bf16; shapes the GPU kernels do not take leave a plan without GPU code, and te-run --backend
-gpu says why, exit code 4). See README.md, "Training" and "Status".)";
+gpu says why, exit code 4). See docs/training.md and docs/status.md.)";
 
 std::string human_bytes(int64_t bytes) {
   char buf[64];
@@ -310,7 +310,7 @@ int main(int argc, char** argv) {
                "experimental: run per-tensor FP8 GEMMs of 33-128 tokens with N >= 16384 and a current-scaled FP8 output "
                "on tec's Hopper wgmma kernel instead of cuBLASLt (every --arch sm_90; the weight must have no other "
                "GPU reader in any profile). Correct on the H100, but not yet faster there inside the CUDA graph "
-               "(README: Benchmarks)");
+               "(bench/results/overview.md)");
   app.add_option("--tp-overlap", tp_overlap,
                  "tensor parallel: overlap the all-gather before a GEMM and the reduce-scatter after one with that GEMM's row "
                  "blocks on a second stream inside the CUDA graph: auto (the default: GEMMs of 4096 rows or more, where it "
@@ -319,7 +319,7 @@ int main(int argc, char** argv) {
   app.add_flag("--grouped-block-scales,!--no-grouped-block-scales", grouped_block_scales,
                "fp8-block MoE experts (grouped_linear) are multiplied in FP8 on tec's grouped GEMM, each 128-deep step of K "
                "scaled by its blocks' scales (the default). --no-grouped-block-scales runs them through a bf16 copy of the "
-               "weights made once per session instead, as before (slower, and the copy takes memory: README, MoE layer)");
+               "weights made once per session instead, as before (slower, and the copy takes memory: bench/results/moe_layer.md)");
   app.add_option("--cache-dir", cache_dir, "cache folder for NVRTC kernels and pre-quantized constants (default $TEC_CACHE_DIR, else $XDG_CACHE_HOME/tec, "
                                            "else ~/.cache/tec); 'none' disables the cache");
   app.add_flag("--time-passes", time_passes, "print how long each pass took");

@@ -38,7 +38,7 @@ Examples:
                                                           # checked bit for bit, state carried over
   te-run mlp.teplan --inspect                             # buffers, steps, launches, GEMMs and fusions
   TEC_DISABLE_EARLY_LAUNCH=1 te-run mlp.teplan            # every kernel launched after the previous one
-                                                          # ends (default on Hopper: early launch, README)
+                                                          # ends (default on Hopper: early launch, docs/cli.md)
 
 Libraries loaded only by plans that need them:
   NCCL (tensor-parallel plans)  $TEC_NCCL_LIBRARY, else libnccl.so.2 by the loader's search

@@ -375,7 +375,7 @@ inline std::map<std::string, double> mlp_gradient_errors(int64_t t, const Read& 
 }
 
 // Bounds on ||g - g_fp64|| / ||g_fp64|| per recipe, for dx and every weight gradient of the
-// examples (README, "Training"): bf16 rounds x, dy, every activation and gradient to bf16;
+// examples (docs/training.md): bf16 rounds x, dy, every activation and gradient to bf16;
 // the FP8 recipes quantize the GEMM operands (E4M3 forward, E5M2 gradients), MXFP8 with 1x32
 // power-of-two scales, NVFP4 to 4 bits (E2M1 with 1x16 scales) - its bound is that of 4-bit
 // gradients. fp8-delayed runs three steps first, so that its scales come from a real amax

@@ -718,7 +718,7 @@ class StepLowering {
   }
 
   // Attention: one cuDNN SDPA graph (AttentionLaunch), in the model's 16-bit dtype under every
-  // recipe: tec quantizes no attention input, since cuDNN's FP8 SDPA gave wrong outputs (README).
+  // recipe: tec quantizes no attention input, since cuDNN's FP8 SDPA gave wrong outputs (docs/status.md).
   // The launch's shape, scale and mask from the forward node's attributes and q and k; the
   // tensors must be unquantized and of one 16-bit dtype.
   AttentionLaunch attention_launch(const Node& n, const std::vector<const Value*>& tensors, const Value* mask) {
@@ -791,7 +791,7 @@ class StepLowering {
       step_.fusions.push_back("gpu: attention '" + n.name + "' runs in " + std::string(to_string(a.dtype)) + " through cuDNN's SDPA under " +
                               std::string(to_string(g_.recipe.kind)) +
                               ": cuDNN's FP8 attention is not used (cuDNN 9.19's FP8 SDPA gave o divided by the softmax's row sum "
-                              "on the H100; README, Ops)" +
+                              "on the H100; docs/status.md, Ops)" +
                               (o.proto.quantizer ? "; a row kernel quantizes its output for the next linear" : ""));
     const std::string written = a.o;
     const std::string stats = a.stats, seq_lens = a.seq_lens;

@@ -171,7 +171,7 @@ class ModuleTable {
 using WeightLayouts = std::map<std::string, std::string>;
 
 // te-compile --tp-overlap auto: GEMMs of fewer rows keep their collectives between them.
-// Measured on two H100s (NVLink) at h=8192, ffn=32768 (bench/tp_bench.py, README): at 8192
+// Measured on two H100s (NVLink) at h=8192, ffn=32768 (bench/tp_bench.py, docs/tensor-parallel.md): at 8192
 // tokens the overlap saved 200 us (bf16) and 25 us (fp8-current) of 7.3 and 4.4 ms; at 2048
 // the row blocks and the collectives' share of the SMs cost 46-50 us more than it hid.
 inline constexpr int64_t kOverlapMinRows = 4096;

@@ -16,7 +16,7 @@ const char* to_string(ErrorKind kind) {
   return "error";
 }
 
-// Exit codes are part of the CLI contract; README.md documents them.
+// Exit codes are part of the CLI contract; docs/architecture.md and docs/cli.md document them.
 int exit_code(ErrorKind kind) {
   switch (kind) {
     case ErrorKind::usage: return 2;

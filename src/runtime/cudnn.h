@@ -2,7 +2,7 @@
 // opened the first time a plan with attention needs it, so plans without attention run where
 // there is no cuDNN. The cuDNN frontend, built with NV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING,
 // resolves its own backend calls from this library's handle. No attention step uses it yet:
-// the cuDNN lowering is not written (README, Status).
+// the cuDNN lowering is not written (docs/status.md).
 #pragma once
 
 #include <cstddef>

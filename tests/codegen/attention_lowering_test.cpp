@@ -111,7 +111,7 @@ TEST_CASE("a Llama layer lowers to GPU code: the rope row kernels and one cuDNN 
   for (const plan::Step& step : profile.steps)
     for (const std::string& f : step.fusions)
       said |= f.find("gpu: attention 'attn' runs in bf16 through cuDNN's SDPA under fp8-current: cuDNN's FP8 attention is not used "
-                     "(cuDNN 9.19's FP8 SDPA gave o divided by the softmax's row sum on the H100; README, Ops); a row kernel "
+                     "(cuDNN 9.19's FP8 SDPA gave o divided by the softmax's row sum on the H100; docs/status.md, Ops); a row kernel "
                      "quantizes its output for the next linear") == 0;
   CHECK(said);
 }

@@ -20,7 +20,7 @@ int main() {
   int devices = 0;
   const cudaError_t probe = cudaGetDeviceCount(&devices);
   if (probe != cudaSuccess || devices == 0) {
-    std::printf("SKIPPED: no CUDA device (%s); GPU tests run on the lent H100 (README.md, Tests)\n",
+    std::printf("SKIPPED: no CUDA device (%s); GPU tests run on the lent H100 (docs/testing.md)\n",
                 probe != cudaSuccess ? cudaGetErrorString(probe) : "0 devices");
     return 77;
   }

@@ -290,7 +290,7 @@ int train_plans_test(const std::string& arch) {
   // MXFP8's columnwise copies need T % 32. Not nvfp4: at this size its bias gradient leaves the
   // fp64 bound (0.53 against 0.5 on an H200) with every kernel step the CPU's bit for bit, so it
   // is the recipe's error, not the GPU's: likely 2048 rows of round-to-nearest gradients summed,
-  // which TE rounds stochastically (not modelled; README, Training).
+  // which TE rounds stochastically (not modelled; docs/training.md).
   if (!std::getenv("TEC_GPU_TEST_SMALL")) cases.push_back({"mlp.json", RecipeKind::mxfp8, {2048}});
   std::printf("train plans on the GPU:\n");
   int failures = 0;

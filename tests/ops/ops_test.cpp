@@ -138,7 +138,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
     CHECK(tested.count(def->name) + kInferenceOnly.count(def->name) == 1);
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
-  // math; a tripwire for README's table.
+  // math; a tripwire for docs/status.md's table.
   CHECK(builtin_ops().all().size() == 42);
 }
 

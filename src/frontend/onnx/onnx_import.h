@@ -29,7 +29,7 @@ OnnxImport import_onnx(const onnx::Model& model, const FrontendOptions& options)
 OnnxImport load_onnx_graphs(const std::string& path, const FrontendOptions& options);
 
 // The ONNX ops tec claims, with the opset each is read from, the inputs that must be
-// constant (initializers or folded), and the limits of the claim. README's op table and the
+// constant (initializers or folded), and the limits of the claim. docs/onnx.md's op table and the
 // backend-test runner (te-compile --onnx-ops) both come from this table.
 inline constexpr int kVariadicInputs = 1 << 30;  // OnnxOpClaim::max_inputs of Concat
 
