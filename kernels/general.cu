@@ -152,6 +152,36 @@ extern "C" __global__ void __launch_bounds__(TEC_GENERAL_THREADS) tec_general_re
 }
 #endif
 
+#if defined(TEC_GATHER)
+// A thread per output element [m, n, inner]: its k indices pick one inner row of data viewed as
+// [m, D_1 .. D_k, inner] (slots: 0 data, 1 the int32 indices [n, k], 2 the status word, 4 the
+// outputs, 5 k, 6.. D, 48 m, 49 n, 33 inner). An index outside [-D, D) writes 0 and sets
+// TEC_STATUS_BAD_INDEX.
+extern "C" __global__ void __launch_bounds__(TEC_GENERAL_THREADS) tec_general_gather(TecGeneralArgs args) {
+  tec_wait_for_previous_kernel();
+  const i64 count = (i64)args.slot[4], n = (i64)args.slot[49], inner = (i64)args.slot[33];
+  const int k = (int)args.slot[5];
+  i64 block = 1;  // D_1 x .. x D_k
+  for (int t = 0; t < k; ++t) block *= (i64)args.slot[6 + t];
+  for (i64 e = (i64)blockIdx.x * TEC_GENERAL_THREADS + threadIdx.x; e < count; e += (i64)gridDim.x * TEC_GENERAL_THREADS) {
+    const i64 o = e / (n * inner), j = e / inner % n, i = e % inner;
+    i64 flat = 0;
+    bool inside = true;
+    for (int t = 0; t < k; ++t) {
+      const i64 extent = (i64)args.slot[6 + t];
+      i64 index = (i64)((const int*)args.slot[1])[j * k + t];
+      if (index < 0) index += extent;
+      inside = inside && index >= 0 && index < extent;
+      flat = flat * extent + (inside ? index : 0);
+    }
+    if (!inside) atomicOr((int*)args.slot[2], TEC_STATUS_BAD_INDEX);
+    const float v = inside ? tec_general_load<TEC_A_DTYPE>((const void*)args.slot[0], (o * block + flat) * inner + i) : 0.0f;
+    tec_general_store<TEC_OUT_DTYPE>((void*)args.slot[3], e, v);
+  }
+  tec_allow_next_kernel();
+}
+#endif
+
 #if defined(TEC_MATMUL)
 // out[b, m, n] = sum over k in order of a[b, m, k] b[b, k, n], fp32, no fused multiply-add
 // (NVRTC compiles with --fmad=false): a 16 x 16 tile of outputs per block, K in tiles of 16

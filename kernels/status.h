@@ -9,3 +9,4 @@
 #define TEC_STATUS_BAD_ROW_MAP 4  // a row map entry outside the expert outputs' rows (moe_unpermute)
 #define TEC_STATUS_BAD_TOKEN_ID 8 // a token id outside the embedding table's rows (embedding)
 #define TEC_STATUS_BAD_PADDING 16 // a padding mask row not ones then zeros (sequence_lengths)
+#define TEC_STATUS_BAD_INDEX 32   // an index outside the axis it picks from (gather, gather_nd)

@@ -181,14 +181,36 @@ TEC_HD float tec_pow(float a, float b) {
 #define TEC_UNARY_SQRT 3
 #define TEC_UNARY_RECIPROCAL 4
 #define TEC_UNARY_NEG 5
+#define TEC_UNARY_EXP 6
+#define TEC_UNARY_LOG 7
+#define TEC_UNARY_ABS 8
+#define TEC_UNARY_COS 9
+#define TEC_UNARY_SIN 10
 #define TEC_BINARY_ADD 0
 #define TEC_BINARY_SUB 1
 #define TEC_BINARY_MUL 2
 #define TEC_BINARY_DIV 3
 #define TEC_BINARY_POW 4
 
+TEC_HD void tec_sincos(double x, double* sine, double* cosine);  // (below, with rope)
+
+// cos or sin of a float through tec_sincos's double arithmetic, rounded once; NaN for NaN and
+// the infinities.
+TEC_HD float tec_cos_or_sin(float x, bool sine) {
+  const float a = tec_fabs(x);
+  if (a != a || a == tec_uint_as_float(0x7F800000u)) return tec_uint_as_float(0x7FC00000u);
+  double s, c;
+  tec_sincos((double)a, &s, &c);
+  return sine ? (float)(x < 0.0f ? -s : s) : (float)c;
+}
+
 TEC_HD float tec_apply_unary(int fn, float x) {
   switch (fn) {
+    case TEC_UNARY_EXP: return tec_exp(x);
+    case TEC_UNARY_LOG: return tec_log(x);
+    case TEC_UNARY_ABS: return tec_fabs(x);
+    case TEC_UNARY_COS: return tec_cos_or_sin(x, false);
+    case TEC_UNARY_SIN: return tec_cos_or_sin(x, true);
     case TEC_UNARY_SIGMOID: return 1.0f / (1.0f + tec_exp(-x));
     case TEC_UNARY_TANH: return tec_tanh(x);
     case TEC_UNARY_ERF: return tec_erf(x);
@@ -244,12 +266,14 @@ TEC_HD float tec_apply_compare(int fn, float a, float b) {
 #define TEC_MAP_BINARY 16
 #define TEC_MAP_COMPARE 32
 #define TEC_MAP_WHERE 48
+#define TEC_MAP_CONVERT 49  // the value itself: the output's dtype converts it (convert)
 
 TEC_HD float tec_apply_map(int code, float a, float b, float c) {
   if (code < TEC_MAP_BINARY) return tec_apply_unary(code - TEC_MAP_UNARY, a);
   if (code < TEC_MAP_COMPARE) return tec_apply_binary(code - TEC_MAP_BINARY, a, b);
   if (code < TEC_MAP_WHERE) return tec_apply_compare(code - TEC_MAP_COMPARE, a, b);
-  return a != 0.0f ? b : c;
+  if (code == TEC_MAP_WHERE) return a != 0.0f ? b : c;
+  return a;
 }
 
 // The general path's reductions (GeneralKernel::reduce). Max passes a NaN on, as ONNX's

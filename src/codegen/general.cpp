@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "status.h"
+
 namespace tec::codegen {
 
 namespace {
@@ -132,6 +134,22 @@ std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<
       std::vector<std::string> defines = dtype_defines;
       defines.push_back("TEC_REDUCE=" + std::to_string(plan.code));
       launches.push_back(launch(defines, "tec_general_reduce", {std::min(outputs, kMaxGridBlocks), 1, 1}, kThreads, s));
+      break;
+    }
+    case GeneralKernel::gather: {
+      Slots s;
+      s.buffer(0, inputs.at(0).buffer);
+      s.buffer(1, inputs.at(1).buffer);
+      s.args[2] = {LaunchArg::Kind::status, "", TEC_STATUS_BAD_INDEX};
+      s.buffer(3, out.buffer);
+      const int64_t count = plan.m * plan.n * plan.inner;
+      s.value(4, count);
+      s.value(5, plan.k);
+      s.values(6, plan.dims);
+      s.value(33, plan.inner);
+      s.values(48, {plan.m, plan.n});
+      std::vector<std::string> defines = {dtype_defines[0], dtype_defines.back(), "TEC_GATHER=1"};
+      launches.push_back(launch(defines, "tec_general_gather", {blocks_for(count, kThreads), 1, 1}, kThreads, s));
       break;
     }
     case GeneralKernel::matmul: {

@@ -12,6 +12,10 @@
 //   dims, summed in a block's order (sum, mean) or maxed.
 // - matmul: out[b, m, n] = sum over k, in order, of a[b, m, k] x b[b, k, n], in fp32 without
 //   fused multiply-add; the batch dims broadcast through each operand's batch strides.
+// - gather: data viewed as [m, D_1 .. D_k, inner], indices as [n, k] (int32, negative from the
+//   end): out[o, j, i] = data[o, indices[j, 0 .. k), i]. ONNX Gather (k = 1) and GatherND. An
+//   index out of range is hostile input: the reference stops naming it, the GPU writes 0 and
+//   sets the session's status bit TEC_STATUS_BAD_INDEX.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +23,7 @@
 
 namespace tec {
 
-enum class GeneralKernel : uint8_t { map, copies, softmax, reduce, matmul };
+enum class GeneralKernel : uint8_t { map, copies, softmax, reduce, matmul, gather };
 
 // The most dims a general loop walks after adjacent dims are merged (general_loops.h); more
 // is refused when the op is defined, naming the node.
@@ -40,13 +44,13 @@ struct GeneralPlan {
   int code = 0;  // map: TEC_MAP_*; reduce: TEC_REDUCE_* (kernels/tec_math.h)
   // map: the output's dims, and each input's strides along them. reduce: the kept dims (the
   // output's, row-major) with the input's strides along them, and the reduced ones.
-  // matmul: the batch dims, with each operand's batch strides (elements).
+  // matmul: the batch dims, with each operand's batch strides (elements). gather: D_1 .. D_k.
   std::vector<int64_t> dims;
   std::vector<std::vector<int64_t>> strides;
   std::vector<int64_t> reduced_dims, reduced_strides;
   std::vector<StridedCopy> copies;
-  int64_t rows = 0, n = 0, inner = 1;  // softmax
-  int64_t m = 0, k = 0;                // matmul (n above)
+  int64_t rows = 0, n = 0, inner = 1;  // softmax (gather: n indices, inner)
+  int64_t m = 0, k = 0;                // matmul (n above); gather: m outer rows, k index depth
 };
 
 }  // namespace tec

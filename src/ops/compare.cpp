@@ -1,8 +1,9 @@
 // compare: comparisons and logic elementwise with numpy broadcasting, giving uint8 0 or 1 (ONNX's
 // BOOL): equal, less, less_equal, greater, greater_equal, isnan and not (one input), and, or,
-// xor. where: b where cond holds, else c (ONNX Where). Both on the general path
-// (ir/general_kernel.h), bit for bit on the GPU: what an export's masks and NaN guards become
-// when they are computed at run time.
+// xor. where: b where cond holds, else c (ONNX Where). convert: to another dtype, as ONNX Cast
+// to and from BOOL and integers does (to int32 toward zero, to uint8 bools nonzero is 1). All on
+// the general path (ir/general_kernel.h), bit for bit on the GPU: what an export's masks and NaN
+// guards become when they are computed at run time.
 #include <algorithm>
 
 #include "ops/common.h"
@@ -63,9 +64,24 @@ DType where_dtype(const InferContext& ctx) {
   return ctx.inputs[1].dtype;
 }
 
+GeneralPlan convert_plan(const Attributes&, const std::vector<Shape>& in) { return map_plan(TEC_MAP_CONVERT, in); }
+
+DType convert_dtype(const InferContext& ctx) {
+  require_general_dtype(ctx, 0);
+  return *parse_dtype(ctx.node.attrs.get_string("dtype", ""));
+}
+
 }  // namespace
 
 void register_compare_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "convert",
+      .summary = "x in another dtype: int32 (toward zero, saturating), uint8 (a bool: nonzero is 1), fp32, fp16, bf16 (general path)",
+      .attrs = {{"dtype", AttrType::string_, std::nullopt, {"int32", "uint8", "fp32", "fp16", "bf16"}, "output dtype"}},
+      .infer = general_infer(convert_plan, convert_dtype),
+      .reference = general_reference(convert_plan),
+      .general = convert_plan,
+  });
   registry.add(OpDef{
       .name = "compare",
       .summary = "a (fn) b elementwise with broadcasting, uint8 0/1: equal, less, less_equal, greater, greater_equal, "

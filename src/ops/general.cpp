@@ -140,6 +140,24 @@ void run_matmul(const GeneralPlan& p, const std::vector<HostTensor>& in, std::ve
   });
 }
 
+void run_gather(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {
+  const std::vector<float>&data = in.at(0).values, &indices = in.at(1).values;
+  const int64_t block = product(p.dims), rows = p.m * p.n;
+  parallel_for(rows, [&](int64_t row) {  // (o, j): one index tuple's inner row
+    const int64_t o = row / p.n, j = row % p.n;
+    int64_t flat = 0;
+    for (size_t t = 0; t < p.dims.size(); ++t) {
+      const int64_t extent = p.dims[t];
+      auto index = static_cast<int64_t>(indices[static_cast<size_t>(j * p.k + static_cast<int64_t>(t))]);
+      TEC_USER_CHECK(index >= -extent && index < extent, {})
+          << "index " << index << " at position " << j * p.k + static_cast<int64_t>(t) << " of the indices is outside [" << -extent
+          << ", " << extent << ") of the axis it picks from";
+      flat = flat * extent + (index < 0 ? index + extent : index);
+    }
+    std::copy_n(&data[static_cast<size_t>((o * block + flat) * p.inner)], p.inner, &out[static_cast<size_t>(row * p.inner)]);
+  });
+}
+
 }  // namespace
 
 HostTensor run_general(const GeneralPlan& plan, const std::vector<HostTensor>& inputs) {
@@ -151,6 +169,7 @@ HostTensor run_general(const GeneralPlan& plan, const std::vector<HostTensor>& i
     case GeneralKernel::softmax: run_softmax(plan, inputs.at(0).values, out.values); break;
     case GeneralKernel::reduce: run_reduce(plan, inputs.at(0).values, out.values); break;
     case GeneralKernel::matmul: run_matmul(plan, inputs, out.values); break;
+    case GeneralKernel::gather: run_gather(plan, inputs, out.values); break;
   }
   return out;
 }

@@ -17,7 +17,7 @@ namespace tec {
 namespace {
 
 const std::vector<std::string> kBinaryFunctions = {"add", "sub", "mul", "div", "pow"};
-const std::vector<std::string> kUnaryFunctions = {"sigmoid", "tanh", "erf", "sqrt", "reciprocal", "neg"};
+const std::vector<std::string> kUnaryFunctions = {"sigmoid", "tanh", "erf", "sqrt", "reciprocal", "neg", "exp", "log", "abs", "cos", "sin"};
 
 DType common_dtype(const InferContext& ctx) {
   const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
@@ -50,7 +50,7 @@ int unary_function_code(const std::string& fn) {
 
 namespace {
 
-static_assert(TEC_BINARY_POW == 4 && TEC_UNARY_NEG == 5, "kBinaryFunctions / kUnaryFunctions follow tec_math.h's codes");
+static_assert(TEC_BINARY_POW == 4 && TEC_UNARY_SIN == 10, "kBinaryFunctions / kUnaryFunctions follow tec_math.h's codes");
 
 std::vector<HostTensor> reference_binary(const Attributes& attrs, const std::vector<HostTensor>& in) {
   const int fn = binary_function_code(attrs.get_string("fn", "add"));
@@ -256,7 +256,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
   });
   registry.add(OpDef{
       .name = "unary",
-      .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg",
+      .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg, exp, log, abs, cos, sin",
       .attrs = {{"fn", AttrType::string_, std::nullopt, kUnaryFunctions, "the function"}},
       .infer = infer_dense_same,
       .reference = reference_unary,

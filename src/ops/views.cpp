@@ -1,7 +1,8 @@
-// Ops that move elements and compute none, on the general path as strided copies
-// (ir/general_kernel.h), exact on the GPU: slice (ONNX Slice: starts, ends, axes, steps, with
-// its clamping), concat (along one axis), expand (ONNX Expand: broadcast to a shape). What an
-// export's rotary halves, head splits and repeated keys become when no pattern takes them.
+// Ops that move elements and compute none, on the general path (ir/general_kernel.h), exact on
+// the GPU: slice (ONNX Slice: starts, ends, axes, steps, with its clamping), concat (along one
+// axis), expand (ONNX Expand: broadcast to a shape), as strided copies; gather and gather_nd
+// (ONNX Gather and GatherND with batch_dims 0) at int32 indices. What an export's rotary
+// halves, head splits, repeated keys and mask arithmetic become when no pattern takes them.
 #include <algorithm>
 
 #include "ops/common.h"
@@ -114,6 +115,57 @@ GeneralPlan expand_plan(const Attributes& attrs, const std::vector<Shape>& in) {
   return single_copy_plan(out.dims, 0, broadcast_strides(in.at(0), out), "an expand");
 }
 
+GeneralPlan gather_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape &data = in.at(0), &indices = in.at(1);
+  const auto rank = static_cast<int64_t>(data.rank());
+  const int64_t axis = attrs.get_int("axis", 0);
+  TEC_USER_CHECK(rank >= 1 && axis >= -rank && axis < rank, {}) << "gather axis " << axis << " is out of range for rank " << rank;
+  const auto a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  GeneralPlan p;
+  p.kernel = GeneralKernel::gather;
+  p.out_dims.assign(data.dims.begin(), data.dims.begin() + static_cast<std::ptrdiff_t>(a));
+  p.out_dims.insert(p.out_dims.end(), indices.dims.begin(), indices.dims.end());
+  p.out_dims.insert(p.out_dims.end(), data.dims.begin() + static_cast<std::ptrdiff_t>(a) + 1, data.dims.end());
+  TEC_UNSUPPORTED_CHECK(!p.out_dims.empty(), {}) << "a gather to a scalar (rank 0) is not supported";
+  p.m = 1;
+  for (size_t d = 0; d < a; ++d) p.m *= data.dims[d];
+  for (size_t d = a + 1; d < data.rank(); ++d) p.inner *= data.dims[d];
+  p.n = indices.rank() == 0 ? 1 : indices.numel();
+  p.k = 1;
+  p.dims = {data.dims[a]};
+  return p;
+}
+
+// GatherND, batch_dims 0: the last dim of the indices (k) picks from data's first k dims.
+GeneralPlan gather_nd_plan(const Attributes&, const std::vector<Shape>& in) {
+  const Shape &data = in.at(0), &indices = in.at(1);
+  TEC_USER_CHECK(indices.rank() >= 1, {}) << "gather_nd's indices are a scalar; they need a last dim of index tuples";
+  const int64_t k = indices.back();
+  TEC_USER_CHECK(k >= 1 && k <= static_cast<int64_t>(data.rank()) && k <= static_cast<int64_t>(kGeneralMaxRank), {})
+      << "gather_nd's index tuples have " << k << " entries, for data of rank " << data.rank() << " (at most "
+      << std::min<size_t>(data.rank(), kGeneralMaxRank) << ")";
+  GeneralPlan p;
+  p.kernel = GeneralKernel::gather;
+  p.out_dims.assign(indices.dims.begin(), indices.dims.end() - 1);
+  p.out_dims.insert(p.out_dims.end(), data.dims.begin() + k, data.dims.end());
+  TEC_UNSUPPORTED_CHECK(!p.out_dims.empty(), {}) << "a gather_nd to a scalar (rank 0) is not supported";
+  p.m = 1;
+  p.n = indices.numel() / k;
+  p.k = k;
+  p.dims.assign(data.dims.begin(), data.dims.begin() + k);
+  for (size_t d = static_cast<size_t>(k); d < data.rank(); ++d) p.inner *= data.dims[d];
+  return p;
+}
+
+// Data of any dtype the general kernels read; int32 indices.
+DType gathered_dtype(const InferContext& ctx) {
+  const TensorProto &data = ctx.inputs.at(0), &indices = ctx.inputs.at(1);
+  TEC_USER_CHECK(!data.is_quantized(), ctx.error) << "gather reads high-precision data, got " << data.quantizer->str();
+  TEC_USER_CHECK(indices.dtype == DType::int32 && !indices.is_quantized(), ctx.error)
+      << "the indices '" << ctx.graph.value(ctx.node.inputs.at(1)).name << "' must be int32, got " << to_string(indices.dtype);
+  return data.dtype;
+}
+
 DType same_dtype(const InferContext& ctx) {
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
     require_high_precision(ctx, static_cast<int>(i));
@@ -126,6 +178,25 @@ DType same_dtype(const InferContext& ctx) {
 }  // namespace
 
 void register_view_ops(OpRegistry& registry) {
+  registry.add(OpDef{
+      .name = "gather",
+      .summary = "data's entries along axis at int32 indices (ONNX Gather; negative from the end) (general path)",
+      .min_inputs = 2,
+      .max_inputs = 2,
+      .attrs = {{"axis", AttrType::int_, AttrValue{int64_t{0}}, {}, "the axis picked from"}},
+      .infer = general_infer(gather_plan, gathered_dtype),
+      .reference = general_reference(gather_plan),
+      .general = gather_plan,
+  });
+  registry.add(OpDef{
+      .name = "gather_nd",
+      .summary = "data's slices at int32 index tuples, the indices' last dim (ONNX GatherND, batch_dims 0) (general path)",
+      .min_inputs = 2,
+      .max_inputs = 2,
+      .infer = general_infer(gather_nd_plan, gathered_dtype),
+      .reference = general_reference(gather_nd_plan),
+      .general = gather_nd_plan,
+  });
   registry.add(OpDef{
       .name = "slice",
       .summary = "x[start:end:step] along axes, clamped as ONNX Slice does (general path)",

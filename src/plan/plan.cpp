@@ -285,10 +285,11 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
         const json& bit = a["status"];
         const auto named = bit.is_number_integer() ? bit.get<int64_t>() : 0;
         TEC_USER_CHECK(named == TEC_STATUS_BAD_EXPERT || named == TEC_STATUS_BAD_SPLITS || named == TEC_STATUS_BAD_ROW_MAP ||
-                           named == TEC_STATUS_BAD_TOKEN_ID || named == TEC_STATUS_BAD_PADDING,
+                           named == TEC_STATUS_BAD_TOKEN_ID || named == TEC_STATUS_BAD_PADDING || named == TEC_STATUS_BAD_INDEX,
                        r.ctx("args"))
             << "a status argument names one bit of the status word (" << TEC_STATUS_BAD_EXPERT << ", " << TEC_STATUS_BAD_SPLITS << ", "
-            << TEC_STATUS_BAD_ROW_MAP << ", " << TEC_STATUS_BAD_TOKEN_ID << " or " << TEC_STATUS_BAD_PADDING << "), got " << json_excerpt(bit);
+            << TEC_STATUS_BAD_ROW_MAP << ", " << TEC_STATUS_BAD_TOKEN_ID << ", " << TEC_STATUS_BAD_PADDING << " or " << TEC_STATUS_BAD_INDEX
+            << "), got " << json_excerpt(bit);
         arg.kind = KernelArg::Kind::status;
         arg.value = bit.get<int64_t>();
       } else {

@@ -1034,7 +1034,8 @@ void Session::check_status(cudaStream_t stream) const {
       {TEC_STATUS_BAD_SPLITS, "m_splits negative or not summing to the rows"},
       {TEC_STATUS_BAD_ROW_MAP, "a row map entry outside the expert outputs' rows"},
       {TEC_STATUS_BAD_TOKEN_ID, "a token id outside the embedding table's rows (its output rows are zeros)"},
-      {TEC_STATUS_BAD_PADDING, "a padding mask row that is not ones then zeros (tec's attention takes right-padded sequences)"}};
+      {TEC_STATUS_BAD_PADDING, "a padding mask row that is not ones then zeros (tec's attention takes right-padded sequences)"},
+      {TEC_STATUS_BAD_INDEX, "an index outside the axis a gather picks from (its output elements are zeros)"}};
   std::string what;
   for (const auto& [bit, meaning] : kMeaning) {
     if (!(bits & bit)) continue;

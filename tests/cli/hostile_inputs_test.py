@@ -404,8 +404,10 @@ def main():
                           opset_imports=[h.make_opsetid("", 17)])
     misuse.ir_version = 8
     onnx.save(misuse, J("ids_misused.onnx"))
-    run("an INT64 input read other than as token ids is named", [compile_, J("ids_misused.onnx")], 4,
-        "input 'ids' is INT64; tec takes integer inputs only as the token ids of embedding lookups")
+    run("an INT64 input cast to FLOAT compiles (the general path's convert)", [compile_, J("ids_misused.onnx"), "-q", "-o", J("ids.teplan")], 0, "")
+    np.save(J("ids_big.npy"), np.array([[1, 2, 3, 2**40]] * 2, dtype=np.int64))
+    run("an INT64 value past int32 is named when read", [te_run, J("ids.teplan"), "--backend", "cpu", "--input", f"ids={J('ids_big.npy')}"],
+        3, "ids")
     run("te-compile DIR says it is a directory", [compile_, W], 6, "this path is a directory")
     run("a missing ONNX model says so", [compile_, J("missing.onnx")], 6, "cannot open ONNX model")
 

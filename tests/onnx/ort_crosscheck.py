@@ -464,10 +464,8 @@ def corpus_cases(folder):
 # SKIPPED (known gap) on every run, so that the gap stays visible, and never counted as passed.
 HF_KNOWN_GAPS = {
 }
-# The same, on the general path alone (--general): transformers' padding mask from attention_mask
-# needs Gather/GatherND of run-time values and Cast to BOOL, which only the padding-mask pattern takes.
+# The same, on the general path alone (--general).
 HF_GENERAL_GAPS = {
-    "_lm.": "the padding mask made from attention_mask (GatherND / Gather of run-time values, Cast to BOOL) has no general form yet",
 }
 
 

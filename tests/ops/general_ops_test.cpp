@@ -147,6 +147,25 @@ TEST_CASE("slice clamps as ONNX Slice does, steps either way; concat and expand 
   CHECK(e.values == std::vector<float>{7, 7, 7, 8, 8, 8, 7, 7, 7, 8, 8, 8});
 }
 
+TEST_CASE("gather picks along any axis, negative indices from the end; gather_nd picks index tuples; out of range is named") {
+  const HostTensor data = tensor({2, 3, 2}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11});
+  const HostTensor g = run("gather", R"({"axis": 1})", {data, tensor({2, 2}, {2, 0, -1, 1})});
+  CHECK(g.shape == Shape({2, 2, 2, 2}));
+  CHECK(g.values == std::vector<float>{4, 5, 0, 1, 4, 5, 2, 3, 10, 11, 6, 7, 10, 11, 8, 9});
+  const HostTensor nd = run("gather_nd", "{}", {data, tensor({2, 2}, {1, 2, 0, -3})});
+  CHECK(nd.shape == Shape({2, 2}));
+  CHECK(nd.values == std::vector<float>{10, 11, 0, 1});
+  const Error e = test::error_of([&] { (void)run("gather", R"({"axis": 0})", {data, tensor({1}, {2})}); });
+  CHECK(std::string(e.what()).find("index 2 at position 0 of the indices is outside [-2, 2)") != std::string::npos);
+}
+
+TEST_CASE("convert changes the dtype; the stored values are what ONNX Cast gives") {
+  const GeneralPlan p = plan_of("convert", R"({"dtype": "int32"})", {Shape{3}});
+  CHECK(p.kernel == GeneralKernel::map);
+  CHECK(run("convert", R"({"dtype": "uint8"})", {tensor({3}, {-2.5f, 0.0f, 0.25f})}).values == std::vector<float>{-2.5f, 0.0f, 0.25f});
+  // (the executor stores them: int32 toward zero, uint8 nonzero as 1; tests/reference checks the stored bytes)
+}
+
 TEST_CASE("the loops merge dims they walk as one, and refuse more than the kernels take") {
   CHECK(map_plan(0, {Shape{8, 16, 4}, Shape{8, 16, 4}}).dims == std::vector<int64_t>{512});
   const GeneralPlan bias_like = map_plan(16, {Shape{8, 16, 4}, Shape{4}});

@@ -121,6 +121,7 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
 // The general tensor math the ONNX frontend maps leftovers onto, and the embedding lookup: inference only.
 const std::set<std::string> kInferenceOnly = {"binary", "unary",  "matmul",  "reduce",  "transpose", "cast",
                                               "softmax", "compare", "where",   "slice",   "concat",    "expand",
+                                              "convert", "gather",  "gather_nd",
                                               "embedding", "sequence_lengths"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
@@ -139,7 +140,7 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for docs/status.md's table.
-  CHECK(builtin_ops().all().size() == 42);
+  CHECK(builtin_ops().all().size() == 45);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -191,7 +192,8 @@ TEST_CASE("general tensor math: shapes follow numpy, values follow the math") {
   const float x = 0.7f;
   for (const auto& [fn, expected] : std::vector<std::pair<std::string, double>>{
            {"sigmoid", 1 / (1 + std::exp(-0.7))}, {"tanh", std::tanh(0.7)}, {"erf", std::erf(0.7)},
-           {"sqrt", std::sqrt(0.7)}, {"reciprocal", 1 / 0.7}, {"neg", -0.7}}) {
+           {"sqrt", std::sqrt(0.7)}, {"reciprocal", 1 / 0.7}, {"neg", -0.7}, {"exp", std::exp(0.7)}, {"log", std::log(0.7)},
+           {"abs", 0.7}, {"cos", std::cos(0.7)}, {"sin", std::sin(0.7)}}) {
     CAPTURE(fn);
     CHECK(run_reference("unary", R"({"fn": ")" + fn + R"("})", {host({1}, {x})}).at(0) == doctest::Approx(expected).epsilon(1e-6));
   }

@@ -16,7 +16,8 @@ namespace tec::onnx {
 const std::map<std::string, std::string> kBinaryFunctions = {
     {"Add", "add"}, {"Sub", "sub"}, {"Mul", "mul"}, {"Div", "div"}, {"Pow", "pow"}};
 const std::map<std::string, std::string> kUnaryFunctions = {
-    {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"}, {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Neg", "neg"}};
+    {"Sigmoid", "sigmoid"}, {"Tanh", "tanh"}, {"Erf", "erf"}, {"Sqrt", "sqrt"}, {"Reciprocal", "reciprocal"}, {"Neg", "neg"},
+    {"Exp", "exp"}, {"Log", "log"}, {"Abs", "abs"}};
 
 std::optional<DType> tec_dtype(int32_t elem_type) {
   switch (elem_type) {
@@ -32,7 +33,7 @@ bool foldable(const std::string& op) {
   static const std::set<std::string> ops = {"Constant", "Identity", "Shape",     "Gather",  "Concat", "Unsqueeze",
                                             "Squeeze",  "Reshape",  "Flatten",   "Cast",    "Add",    "Sub",
                                             "Mul",      "Div",      "Pow",       "Sqrt",    "Neg",    "Reciprocal",
-                                            "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf",
+                                            "Transpose", "Relu",    "Sigmoid",   "Tanh",    "Erf", "Exp", "Log", "Abs",
                                             "DequantizeLinear",     "QuantizeLinear",
                                             // Hugging Face's rotary tables and causal mask, made in forward
                                             // from constants: inv_freq x positions, cos, sin; triu of -inf.

@@ -42,12 +42,6 @@ const std::map<std::string, std::string> kComparisons = {
 constexpr const char* kComparisonClaim =
     "float, int32 or bool tensors with numpy broadcasting -> a bool (general path); or in attention's padding mask (see GatherND)";
 
-// The ops of the padding masks transformers builds from `attention_mask`.
-constexpr const char* kPaddingMaskClaim =
-    "only where it computes a constant, or in attention's mask made from an INT64/INT32 graph input (transformers' "
-    "attention_mask): evaluated at right-padded probe masks it must be the key padding, with or without the causal triangle, "
-    "whatever its ops -> the attention's sequence lengths (cuDNN's padding mask; the input's rows must be ones, then zeros)";
-
 const std::vector<OnnxOpClaim> kClaims = {
     {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (batch "
                      "broadcasting; fp32 accumulation on CUDA cores, the general path), or part of attention's spelling"},
@@ -66,6 +60,9 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Sqrt", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of a norm pattern)"},
     {"Reciprocal", 13, 1, 1, {}, "float tensors (a GPU row kernel, or part of the RMSNorm pattern)"},
     {"Neg", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
+    {"Exp", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
+    {"Log", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
+    {"Abs", 13, 1, 1, {}, "float tensors (a GPU row kernel)"},
     {"Pow", 13, 2, 2, {}, "float tensors, float exponent (a GPU row kernel, or part of a GELU/norm pattern)"},
     {"ReduceMean", 13, 1, 2, {1}, "float tensors; axes constant (general path, or part of a norm pattern)"},
     {"ReduceSum", 13, 1, 2, {1}, "float tensors; axes constant (general path)"},
@@ -94,17 +91,19 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"Unsqueeze", 13, 1, 2, {1}, "axes constant"},
     {"Identity", 13, 1, 1, {}, "tensors only"},
     {"Cast", 13, 1, 1, {}, "between FLOAT, FLOAT16 and BFLOAT16 at run time (a GPU row kernel; none at all when the input has "
-                     "that type already); any type in constant subgraphs"},
+                     "that type already), to and from BOOL, INT64 and INT32 (general path: integers are int32, toward zero); any "
+                     "type in constant subgraphs"},
     {"Constant", 13, 0, 0, {}, ""},
     {"Shape", 13, 1, 1, {}, "folded: tec fixes every shape per profile"},
-    {"Cos", 7, 1, 1, {}, "only where it computes a constant (the rotary embedding's tables, made in forward from inv_freq and "
-                     "the positions)"},
-    {"Sin", 7, 1, 1, {}, "only where it computes a constant (see Cos)"},
+    {"Cos", 7, 1, 1, {}, "float tensors (a GPU row kernel, through double arithmetic rounded once); a constant one (the rotary "
+                     "embedding's tables, made in forward from inv_freq and the positions) folds"},
+    {"Sin", 7, 1, 1, {}, "float tensors (see Cos)"},
     {"Trilu", 14, 1, 2, {1}, "only where it computes a constant (Hugging Face's causal mask: triu of -inf, then attention's causal "
                          "flag)"},
     {"Gather", 13, 2, 2, {}, "of a constant 2-D float table along axis 0 at run-time indices (an embedding lookup: token ids, "
                            "an INT64 or INT32 graph input, become int32; an id outside the table is an error at run time) -> "
-                           "tec's embedding; or where it computes a constant (shape arithmetic)"},
+                           "tec's embedding; any other along any axis (general path, int32 indices, checked at run time); or "
+                           "where it computes a constant (shape arithmetic)"},
     {"IsNaN", 9, 1, 1, {}, "float tensors (general path); as the guard transformers' sdpa attention writes after its softmax, "
                          "Where(IsNaN(p), 0, p), it joins the attention"},
     {"ConstantOfShape", 9, 1, 1, {0}, "folded (torch.onnx's expand: the shape of ones it compares against)"},
@@ -119,7 +118,10 @@ const std::vector<OnnxOpClaim> kClaims = {
     {"LessOrEqual", 12, 2, 2, {}, kComparisonClaim},
     {"Greater", 9, 2, 2, {}, kComparisonClaim},
     {"GreaterOrEqual", 12, 2, 2, {}, kComparisonClaim},
-    {"GatherND", 11, 2, 2, {}, kPaddingMaskClaim},
+    {"GatherND", 11, 2, 2, {}, "batch_dims 0 (general path, int32 index tuples, checked at run time); or in attention's mask made "
+                             "from an INT64/INT32 graph input (transformers' attention_mask): evaluated at right-padded probe masks it "
+                             "must be the key padding, with or without the causal triangle, whatever its ops -> the attention's "
+                             "sequence lengths (cuDNN's padding mask; the input's rows must be ones, then zeros)"},
     {"Concat", 13, 1, kVariadicInputs, {}, "float, int32 or bool tensors (general path), or as rotate_half in the rotary "
                                              "embedding (see Slice)"},
     {"QuantizeLinear", 13, 2, 3, {1, 2}, "FLOAT8E4M3FN; on a constant (folded), or as a Q->DQ pair on a MatMul/Gemm input, which "
@@ -484,22 +486,15 @@ class Importer {
     }
   }
 
-  // Ops tec takes only where they compute constants, in a pattern or in a padding mask: after
-  // find_patterns, each one left on run-time values is named. (The rest have a general form.)
+  // Ops tec takes only where they compute constants: after find_patterns, each one left on
+  // run-time values is named. (Every other claimed op has a general form.)
   void check_constant_only_ops() {
     for (const onnx::Node& n : nodes_) {
       const auto i = static_cast<size_t>(n.index);
       if (constant_node_[i] || group_of_[i] >= 0 || mask_node_[i] || !n.domain.empty()) continue;
-      if (n.op_type == "Gather" && is_embedding_lookup(n)) continue;  // emitted as tec's embedding
-      if (n.op_type == "GatherND")
-        problem(n, "GatherND on run-time values is not supported; tec takes it only where it computes a constant, or in "
-                   "attention's padding mask made from an integer input");
-      else if (n.op_type == "Gather")
-        problem(n, "Gather on run-time values is not supported; tec takes it as an embedding lookup (a constant 2-D table at "
-                   "run-time indices along axis 0) or where it computes a constant");
-      else if (n.op_type == "Cos" || n.op_type == "Sin" || n.op_type == "Trilu" || n.op_type == "ConstantOfShape")
-        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (rotary "
-                               "tables, a causal mask, a shape)");
+      if (n.op_type == "Trilu" || n.op_type == "ConstantOfShape")
+        problem(n, n.op_type + " on run-time values is not supported; tec takes it only where it computes a constant (a causal "
+                               "mask, a shape)");
     }
   }
 
@@ -1366,16 +1361,10 @@ class Importer {
     for (const auto& in : m_.inputs) {
       const ErrorContext ctx{"onnx", in.name, "", m_.file + " graph input '" + in.name + "'"};
       TEC_UNSUPPORTED_CHECK(in.elem_type >= 0, ctx) << "input '" << in.name << "' is not a tensor";
-      if (is_integer_input(in.elem_type)) {
-        TEC_UNSUPPORTED_CHECK(read_as_token_ids(in.name, 0) || read_by_padding_masks(in.name), ctx)
-            << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
-            << "; tec takes integer inputs only as the token ids of embedding lookups (Gather of a constant table) or as "
-               "attention's padding mask (transformers' attention_mask), and this one is read otherwise";
-      } else {
-        TEC_UNSUPPORTED_CHECK(tec_dtype(in.elem_type).has_value(), ctx)
-            << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
-            << "; tec takes FLOAT, FLOAT16 and BFLOAT16 inputs, and INT64 or INT32 token ids";
-      }
+      // (Integer inputs are int32 in the plan: token ids, padding masks, or any index the general path reads.)
+      TEC_UNSUPPORTED_CHECK(is_integer_input(in.elem_type) || tec_dtype(in.elem_type).has_value(), ctx)
+          << "input '" << in.name << "' is " << onnx::elem_type_name(in.elem_type)
+          << "; tec takes FLOAT, FLOAT16, BFLOAT16, INT64 and INT32 inputs (integers as int32)";
       TEC_USER_CHECK(in.has_shape, ctx) << "input '" << in.name << "' has no shape; tec needs every input's rank";
       for (size_t d = 0; d < in.dims.size(); ++d) {
         if (in.dims[d].value >= 1) continue;
@@ -2458,7 +2447,18 @@ class Importer {
       return;
     }
     if (op == "Gemm") return emit_gemm(e, n);
-    if (op == "Gather") return emit_embedding(e, n);
+    if (op == "Gather" && is_embedding_lookup(n)) return emit_embedding(e, n);
+    if (op == "Gather" || op == "GatherND") {
+      TEC_UNSUPPORTED_CHECK(op == "Gather" || attr_int(n, "batch_dims", 0) == 0, node_ctx(n)) << "GatherND with batch_dims other than 0";
+      Attributes a;
+      if (op == "Gather") a.values["axis"] = attr_int(n, "axis", 0);
+      e.runtime[out] = emit(e, n, op == "Gather" ? "gather" : "gather_nd", {in0(), operand(e, n.inputs.at(1), DType::int32, n)}, a, {}, out);
+      return;
+    }
+    if (op == "Cos" || op == "Sin") {  // (a constant one folds in double: onnx_fold.cpp)
+      e.runtime[out] = emit(e, n, "unary", {in0()}, fn_attr(op == "Cos" ? "cos" : "sin"), {}, out);
+      return;
+    }
     if (op == "Attention") return emit_attention(e, n);
     if (op == "LayerNormalization" || op == "RMSNormalization") return emit_norm(e, n, op == "LayerNormalization");
     if (auto it = kReductions.find(op); it != kReductions.end()) {
@@ -2513,6 +2513,17 @@ class Importer {
     }
     if (op == "Cast") {
       const auto to = static_cast<int32_t>(attr_int(n, "to", 0));
+      const DType from = e.g.value(in0()).proto.dtype;
+      const bool integers = to == onnx::kInt64 || to == onnx::kInt32 || to == onnx::kBool || to == onnx::kUint8;
+      if (integers || from == DType::int32 || from == DType::uint8) {  // to or from ints and bools: the general path
+        const bool to_int = to == onnx::kInt64 || to == onnx::kInt32;
+        TEC_UNSUPPORTED_CHECK(integers || tec_dtype(to).has_value(), node_ctx(n))
+            << "Cast to " << onnx::elem_type_name(to) << " at run time is not supported";
+        Attributes a;
+        a.values["dtype"] = std::string(to_string(to_int ? DType::int32 : integers ? DType::uint8 : *tec_dtype(to)));
+        e.runtime[out] = emit(e, n, "convert", {in0()}, a, {}, out);
+        return;
+      }
       auto dtype = tec_dtype(to);
       TEC_UNSUPPORTED_CHECK(dtype.has_value(), node_ctx(n))
           << "Cast to " << onnx::elem_type_name(to) << " at run time is not supported (FLOAT, FLOAT16, BFLOAT16 are)";
