@@ -263,6 +263,8 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
   const Stats eager = stats_of(time_runs(timed, stream, o.warmup, o.iterations, false));
   Stats graph;
   if (!o.no_graph) graph = stats_of(time_runs(timed, stream, o.warmup, o.iterations, true));
+  // Timed runs read no results, so hostile run-time data (an index out of range) is reported here.
+  for (const runtime::Session* s : timed) s->check_status(stream);
   const Stats& best = o.no_graph ? eager : graph;
   std::printf("\nlatency over %d runs after %d warm-up (us)%s:\n", o.iterations, o.warmup,
               o.rotate > 1 ? (", " + std::to_string(o.rotate) + " sessions in turn").c_str() : "");

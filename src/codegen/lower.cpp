@@ -923,6 +923,7 @@ class StepLowering {
       p = transpose_producer(first);
     } else if (op == "identity" || op == "reshape" || op == "quantize" || op == "cast" || (op == "dropout" && g_.mode == Mode::infer)) {
       if (x.proto.quantizer) throw NotLowered{"'" + first.name + "' copies a quantized tensor"};
+      if (kernel_dtype_code(x.proto.dtype) < 0 && step_.nodes.size() == 1) return copy_elements(first, x, out);  // ints, bools
       p = load(data(x), x.proto.dtype, "input '" + x.name + "'");
     } else if (op == "dequantize") {
       p = dequantize_producer(x);
@@ -1641,6 +1642,19 @@ class StepLowering {
     if (launches.empty()) throw NotLowered{n.op + " '" + n.name + "': " + why_not};
     for (Launch& l : launches) out_.push_back(std::move(l));
     if (through_workspace) emit_row(load(out.buffer, y.proto.dtype, "'" + n.name + "'s output"), stored_value);
+  }
+
+  // A view's elements copied as they are by the general path's copy kernel (integers and bools,
+  // which the row kernels do not load).
+  void copy_elements(const Node& n, const Value& x, const Value& y) {
+    GeneralPlan plan;
+    plan.kernel = GeneralKernel::copies;
+    plan.out_dims = y.proto.shape.dims;
+    plan.copies.push_back(StridedCopy{.input = 0, .dims = {x.proto.shape.numel()}, .in_offset = 0, .out_offset = 0, .in_strides = {1}, .out_strides = {1}});
+    std::string why_not;
+    std::vector<Launch> launches = general_launches(plan, {{data(x), x.proto.dtype}}, {data(y), y.proto.dtype}, index_, modules_, why_not);
+    if (launches.empty()) throw NotLowered{n.op + " '" + n.name + "': " + why_not};
+    for (Launch& l : launches) out_.push_back(std::move(l));
   }
 
   // Each sequence's length from a padding mask, a thread per sequence (kernels/attention_stats.cu).
