@@ -9,57 +9,20 @@
 #include "core/file_io.h"
 #include "core/json_text.h"
 #include "core/npy.h"
+#include "ops/common.h"
 #include "reference/executor.h"
 
 namespace tec::cli {
 
 namespace {
 
-std::string id_text(float id) {
-  if (std::isfinite(id) && id == std::trunc(id) && std::fabs(id) < 1e15f) return std::to_string(static_cast<long long>(id));
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", static_cast<double>(id));
-  return text;
-}
-
-// A padding mask's rows must be ones then zeros (right-padded): tec's attention takes each
-// sequence's length.
-void check_padding_mask(const std::string& input, const NpyArray& mask, const std::string& node) {
-  const int64_t seq = mask.shape.cols(), rows = seq > 0 ? static_cast<int64_t>(mask.values.size()) / seq : 0;
-  for (int64_t b = 0; b < rows; ++b) {
-    const float* row = &mask.values[static_cast<size_t>(b * seq)];
-    int64_t length = 0;
-    while (length < seq && row[length] == 1.0f) ++length;
-    for (int64_t j = length; j < seq; ++j)
-      if (row[j] != 0.0f)
-        throw Error(ErrorKind::invalid_input, ErrorContext{"te-run", input, "", "--input " + input},
-                    "input '" + input + "' (a padding mask, read by sequence_lengths '" + node + "') holds " + id_text(row[j]) + " at [" + std::to_string(b) +
-                        ", " + std::to_string(j) + "] after " + std::to_string(length) +
-                        " leading ones; tec's attention takes right-padded sequences: each row ones (tokens), then zeros (padding)");
-  }
-}
-
-// Integer inputs, checked before any step runs: token ids outside an embedding's table, named
-// with their index (the reference would stop at the embedding, the GPU zero the row and set its
-// status word), and padding masks that are not right-padded.
-void check_integer_input(const plan::Profile& profile, const std::string& input, const NpyArray& ids) {
-  for (const plan::Op* op : reference::integer_input_readers(profile, input)) {
-    if (op->op == "sequence_lengths") {
-      check_padding_mask(input, ids, op->node);
-      continue;
-    }
-    const int64_t rows = op->attrs.get_int("num_embeddings", 0);
-    for (size_t i = 0; i < ids.values.size(); ++i) {
-      const float id = ids.values[i];
-      if (id >= 0.0f && id < static_cast<float>(rows)) continue;
-      std::string at;
-      for (size_t d = ids.shape.rank(), rest = i; d-- > 0; rest /= static_cast<size_t>(ids.shape.dims[d]))
-        at = std::to_string(rest % static_cast<size_t>(ids.shape.dims[d])) + (at.empty() ? "" : ", ") + at;
-      throw Error(ErrorKind::invalid_input, ErrorContext{"te-run", input, "", "--input " + input},
-                  "input '" + input + "' holds token id " + id_text(id) + " at [" + at + "], outside the table of embedding '" +
-                      op->node + "' (" + std::to_string(rows) + " rows: ids must be in [0, " + std::to_string(rows) + "))");
-    }
-  }
+// Integer inputs, checked before any step runs by what reads them (OpDef::index_input): token ids
+// outside an embedding's table, named with their index (the reference would stop at the
+// embedding, the GPU zero the row and set its status word); padding masks not right-padded.
+void check_integer_input(const plan::Profile& profile, const std::string& input, const NpyArray& values) {
+  const HostTensor as_read{values.shape, values.values};
+  for (const plan::Op* op : reference::integer_input_readers(profile, input))
+    builtin_ops().get(op->op).index_input->check(op->attrs, input, op->node, as_read);
 }
 
 }  // namespace

@@ -83,6 +83,16 @@ struct HostTensor {
   std::vector<float> values;
 };
 
+// An op that reads its first input as indices given from outside (token ids, a padding mask):
+// which values are valid, so that te-run checks a given input before any step runs, naming the
+// bad value and where it is, and tests draw valid random ones.
+struct IndexInput {
+  // Throws Error(invalid_input) naming `input`, read by node `node`, where `values` are not valid.
+  std::function<void(const Attributes&, const std::string& input, const std::string& node, const HostTensor& values)> check;
+  // A valid value from `uniform` in [0, 1).
+  std::function<float(const Attributes&, double uniform)> draw;
+};
+
 struct OpDef {
   std::string name;
   std::string summary;
@@ -122,6 +132,11 @@ struct OpDef {
   // user error (without context: the caller adds the node's) for inputs it cannot take.
   // Optional: ops with a row producer or a codegen module of their own have none.
   std::function<GeneralPlan(const Attributes&, const std::vector<Shape>& inputs)> general;
+  // Reads input 0 as indices from outside (IndexInput). Optional.
+  std::optional<IndexInput> index_input;
+  // Moves no values: the output is the input, in another shape (reshape, identity), so what
+  // reads the output reads the input.
+  bool view = false;
   // The gradient reaches every input unchanged (add, identity, quantize, dequantize): autodiff
   // hands the gradient on and makes no backward node.
   bool gradient_passes_through = false;

@@ -1,6 +1,8 @@
 #include "ops/common.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 
 namespace tec {
 
@@ -67,6 +69,20 @@ void require_last_dim(const InferContext& ctx, int slot, int64_t expected, const
   TEC_USER_CHECK(p.shape.cols() == expected, ctx.error)
       << "shape mismatch: input '" << ctx.graph.value(ctx.node.inputs.at(static_cast<size_t>(slot))).name
       << "' has shape " << p.shape.str() << ", expected last dim " << expected << " (" << what << ")";
+}
+
+std::string value_text(float value) {
+  if (std::isfinite(value) && value == std::trunc(value) && std::fabs(value) < 1e15f) return std::to_string(static_cast<long long>(value));
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", static_cast<double>(value));
+  return text;
+}
+
+std::string index_text(const Shape& shape, size_t index) {
+  std::string at;
+  for (size_t d = shape.rank(), rest = index; d-- > 0; rest /= static_cast<size_t>(shape.dims[d]))
+    at = std::to_string(rest % static_cast<size_t>(shape.dims[d])) + (at.empty() ? "" : ", ") + at;
+  return at;
 }
 
 void require_high_precision(const InferContext& ctx, int slot) {

@@ -45,6 +45,11 @@ BackwardResult elementwise_backward(const BackwardContext& ctx);
 // The backward of an op whose gradient reaches its inputs unchanged (OpDef::gradient_passes_through).
 BackwardResult passthrough_backward(const BackwardContext& ctx);
 
+// A value as an error message shows it: an integer without decimals, else %g.
+std::string value_text(float value);
+// Row-major element `index` of `shape` as "i, j, k".
+std::string index_text(const Shape& shape, size_t index);
+
 // numpy / ONNX multidirectional broadcasting: the result shape, or nullopt when the shapes
 // do not broadcast.
 std::optional<Shape> broadcast_shape(const Shape& a, const Shape& b);

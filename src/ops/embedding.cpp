@@ -5,6 +5,7 @@
 // An id outside [0, rows) is hostile input: the reference stops with an error naming the
 // node; the GPU kernel (kernels/row.cu producer 23) writes zeros for that row and sets the
 // session's status bit, which the runtime reports when results are read.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/common.h"
@@ -63,6 +64,19 @@ std::vector<HostTensor> reference_embedding(const Attributes& attrs, const std::
   return {std::move(out)};
 }
 
+// Token ids given from outside, each inside the table, named with its index where not.
+void check_token_ids(const Attributes& attrs, const std::string& input, const std::string& node, const HostTensor& ids) {
+  const int64_t rows = EmbeddingConfig(attrs).rows;
+  for (size_t i = 0; i < ids.values.size(); ++i) {
+    const float id = ids.values[i];
+    if (id >= 0.0f && id < static_cast<float>(rows)) continue;
+    throw Error(ErrorKind::invalid_input, ErrorContext{"te-run", input, "", "--input " + input},
+                "input '" + input + "' holds token id " + value_text(id) + " at [" + index_text(ids.shape, i) +
+                    "], outside the table of embedding '" + node + "' (" + std::to_string(rows) + " rows: ids must be in [0, " +
+                    std::to_string(rows) + "))");
+  }
+}
+
 }  // namespace
 
 void register_embedding_ops(OpRegistry& registry) {
@@ -76,6 +90,11 @@ void register_embedding_ops(OpRegistry& registry) {
       .params = embedding_params,
       .infer = infer_embedding,
       .reference = reference_embedding,
+      .index_input = IndexInput{.check = check_token_ids,
+                                .draw = [](const Attributes& a, double uniform) {  // over the whole table
+                                  const int64_t rows = EmbeddingConfig(a).rows;
+                                  return static_cast<float>(std::min(rows - 1, static_cast<int64_t>(uniform * static_cast<double>(rows))));
+                                }},
   });
 }
 

@@ -36,6 +36,22 @@ std::vector<HostTensor> reference_sequence_lengths(const Attributes&, const std:
   return {std::move(lengths)};
 }
 
+// A padding mask given from outside: each row ones, then zeros.
+void check_padding_mask(const Attributes&, const std::string& input, const std::string& node, const HostTensor& mask) {
+  const int64_t seq = mask.shape.cols(), rows = seq > 0 ? static_cast<int64_t>(mask.values.size()) / seq : 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    const float* row = &mask.values[static_cast<size_t>(b * seq)];
+    int64_t length = 0;
+    while (length < seq && row[length] == 1.0f) ++length;
+    for (int64_t j = length; j < seq; ++j)
+      if (row[j] != 0.0f)
+        throw Error(ErrorKind::invalid_input, ErrorContext{"te-run", input, "", "--input " + input},
+                    "input '" + input + "' (a padding mask, read by sequence_lengths '" + node + "') holds " + value_text(row[j]) +
+                        " at [" + std::to_string(b) + ", " + std::to_string(j) + "] after " + std::to_string(length) +
+                        " leading ones; tec's attention takes right-padded sequences: each row ones (tokens), then zeros (padding)");
+  }
+}
+
 }  // namespace
 
 void register_sequence_lengths_ops(OpRegistry& registry) {
@@ -44,6 +60,7 @@ void register_sequence_lengths_ops(OpRegistry& registry) {
       .summary = "each sequence's length from a right-padded int32 padding mask [B, S] of 1 and 0 (attention's seq_lens; inference)",
       .infer = infer_sequence_lengths,
       .reference = reference_sequence_lengths,
+      .index_input = IndexInput{.check = check_padding_mask, .draw = [](const Attributes&, double) { return 1.0f; }},  // whole sequences
   });
 }
 

@@ -50,6 +50,7 @@ void register_shape_ops(OpRegistry& registry) {
       // Values are unchanged; the executor gives the output (and the gradient) its planned shape.
       .reference = identity_reference,
       .backward_reference = identity_reference,
+      .view = true,
   });
   registry.add(OpDef{
       .name = "identity",
@@ -57,6 +58,7 @@ void register_shape_ops(OpRegistry& registry) {
       .infer = [](const InferContext& ctx) { return InferResult{{ctx.inputs[0]}, {}, {}}; },
       .infer_backward = passthrough_backward,
       .reference = identity_reference,
+      .view = true,
       .gradient_passes_through = true,
   });
 }

@@ -238,8 +238,10 @@ std::vector<const plan::Op*> integer_input_readers(const plan::Profile& profile,
   for (const plan::Step& step : profile.steps)
     for (const plan::Op& op : step.ops) {
       if (op.backward || op.inputs.empty() || !reads.count(op.inputs[0])) continue;
-      if (op.op == "reshape" || op.op == "identity") reads.insert(op.outputs.begin(), op.outputs.end());
-      if (op.op == "embedding" || op.op == "sequence_lengths") readers.push_back(&op);
+      const OpDef* def = builtin_ops().find(op.op);
+      if (!def) continue;
+      if (def->view) reads.insert(op.outputs.begin(), op.outputs.end());
+      if (def->index_input) readers.push_back(&op);
     }
   return readers;
 }
@@ -247,20 +249,19 @@ std::vector<const plan::Op*> integer_input_readers(const plan::Profile& profile,
 HostTensor random_input(uint64_t seed, const std::string& name, const Shape& shape, DType dtype, const plan::Profile* profile) {
   std::vector<float> values = random_weight(seed, name, shape.numel(), 0.0f, 1.0f);
   if (dtype != DType::int32) return HostTensor{shape, std::move(values)};
-  // An int32 input gets values valid for what reads it: token ids over the whole table, a
-  // padding mask of whole sequences; routing given from outside 0 or 1 (expert indices valid
-  // for any layer of two or more experts; m_splits need real values: te-run --input).
+  // An int32 input gets values valid for what reads it (OpDef::index_input: token ids over the
+  // whole table, a padding mask of whole sequences; the least of them when several read it);
+  // else 0 or 1 (routing given from outside: expert indices valid for any layer of two or more
+  // experts; m_splits need real values: te-run --input).
   const auto readers = profile ? integer_input_readers(*profile, name) : std::vector<const plan::Op*>{};
-  int64_t rows = 0;
-  bool padding = false;
-  for (const plan::Op* op : readers) {
-    if (op->op == "sequence_lengths") padding = true;
-    else rows = rows == 0 ? op->attrs.get_int("num_embeddings", 0) : std::min(rows, op->attrs.get_int("num_embeddings", 0));
-  }
   for (float& v : values) {
     const double uniform = 0.5 * (1.0 + std::erf(static_cast<double>(v) / std::sqrt(2.0)));  // N(0, 1) -> U(0, 1)
-    v = padding ? 1.0f : rows > 0 ? static_cast<float>(std::min(rows - 1, static_cast<int64_t>(uniform * static_cast<double>(rows))))
-                                  : (v > 0.0f ? 1.0f : 0.0f);
+    float drawn = v > 0.0f ? 1.0f : 0.0f;
+    for (size_t r = 0; r < readers.size(); ++r) {
+      const float value = builtin_ops().get(readers[r]->op).index_input->draw(readers[r]->attrs, uniform);
+      drawn = r == 0 ? value : std::min(drawn, value);
+    }
+    v = drawn;
   }
   return HostTensor{shape, std::move(values)};
 }
