@@ -178,7 +178,14 @@ std::function<InferResult(const InferContext&)> general_infer(GeneralFn general,
   return [general = std::move(general), dtype = std::move(dtype)](const InferContext& ctx) {
     std::vector<Shape> shapes;
     for (const TensorProto& p : ctx.inputs) shapes.push_back(p.shape);
-    const GeneralPlan plan = with_context(ctx.error, [&] { return general(ctx.node.attrs, shapes); });
+    const GeneralPlan plan = with_context(ctx.error, [&] {
+      GeneralPlan p = general(ctx.node.attrs, shapes);
+      // An output shape from attributes (expand's) is as hostile as the model: each dim at least
+      // 1, the whole within kMaxElements (Shape::numel checks), before anything sizes by it.
+      for (int64_t d : p.out_dims) TEC_USER_CHECK(d >= 1 && d <= kMaxDim, {}) << "the output's dim " << d << " is not in [1, " << kMaxDim << "]";
+      (void)Shape(p.out_dims).numel();
+      return p;
+    });
     return InferResult{{TensorProto::dense(Shape(plan.out_dims), dtype(ctx))}, {}, {}};
   };
 }

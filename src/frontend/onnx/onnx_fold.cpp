@@ -110,7 +110,10 @@ float attr_float(const Node& n, const std::string& name, float fallback) {
 // The dims a Reshape produces (0 copies the input dim unless allowzero, one -1 inferred).
 std::vector<int64_t> reshape_dims(const std::vector<int64_t>& in, std::vector<int64_t> shape, bool allowzero) {
   int64_t known = 1, infer = -1, numel = 1;
-  for (int64_t d : in) numel *= d;
+  for (int64_t d : in) {
+    TEC_USER_CHECK(d >= 0 && (d == 0 || numel <= kMaxElements / d), {}) << "Reshape of an input of too many elements";
+    numel *= d;
+  }
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] == 0 && !allowzero) {
       TEC_USER_CHECK(i < in.size(), {}) << "Reshape copies dim " << i << " (0) of a rank-" << in.size() << " input";
