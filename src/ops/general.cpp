@@ -24,7 +24,10 @@ void merge_dims(std::vector<int64_t>& dims, const std::vector<std::vector<int64_
   for (size_t d = 0; d < dims.size(); ++d) {
     if (dims[d] == 1) continue;
     bool joins = !kept_dims.empty();
-    for (size_t s = 0; s < strides.size() && joins; ++s) joins = kept[s].back() == (*strides[s])[d] * dims[d];
+    for (size_t s = 0; s < strides.size() && joins; ++s) {
+      int64_t walked = 0;  // (a hostile stride must not overflow: then the dims stay apart)
+      joins = !__builtin_mul_overflow((*strides[s])[d], dims[d], &walked) && kept[s].back() == walked;
+    }
     if (joins) {
       kept_dims.back() *= dims[d];
       for (size_t s = 0; s < strides.size(); ++s) kept[s].back() = (*strides[s])[d];

@@ -71,7 +71,9 @@ GeneralPlan slice_plan(const Attributes& attrs, const std::vector<Shape>& in) {
                                            << ends[i] << " by " << steps[i] << " is empty; tensors without elements are not supported";
     dims[a] = s.count;
     offset += s.start * strides[a];
-    in_strides[a] = s.step * strides[a];
+    // One element taken: the step is never walked (ONNX allows any, INT64_MAX included). More:
+    // |step| < the axis, so step x stride stays within the input's elements.
+    in_strides[a] = s.count == 1 ? 0 : s.step * strides[a];
   }
   return single_copy_plan(dims, offset, in_strides, "a slice");
 }
@@ -112,6 +114,8 @@ GeneralPlan concat_plan(const Attributes& attrs, const std::vector<Shape>& in) {
 
 GeneralPlan expand_plan(const Attributes& attrs, const std::vector<Shape>& in) {
   const Shape out = broadcast_shape_checked(in.at(0), Shape(attrs.get_ints("shape")), {});
+  for (int64_t d : out.dims) TEC_USER_CHECK(d >= 1 && d <= kMaxDim, {}) << "expand to a dim of " << d << " (not in [1, " << kMaxDim << "])";
+  (void)out.numel();  // (a hostile shape: within kMaxElements before anything is sized by it)
   return single_copy_plan(out.dims, 0, broadcast_strides(in.at(0), out), "an expand");
 }
 
