@@ -112,10 +112,11 @@ def run_case(case, claimed, args, work):
         run_cmd += ["--iterations", "1", "--warmup", "0"]
     for vi, value in zip(model.graph.input, inputs):
         path = os.path.join(work, f"input_{len(run_cmd)}.npy")
-        try:
-            np.save(path, as_array(value).astype(np.float32))
+        array = as_array(value)
+        try:  # integer inputs as integers (tec reads INT64/INT32 inputs as int32), the rest as float32
+            np.save(path, array.astype(np.int64) if array.dtype.kind in "iu" else array.astype(np.float32))
         except (TypeError, ValueError):
-            return "unsupported", f"input {vi.name} has no float32 form"
+            return "unsupported", f"input {vi.name} has no float32 or integer form"
         run_cmd += ["--input", f"{vi.name}={path}"]
     r = subprocess.run(run_cmd, capture_output=True, text=True, timeout=600)
     if r.returncode == EXIT_UNSUPPORTED:
