@@ -714,7 +714,7 @@ TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes
   CHECK(std::any_of(gqa.onnx_nodes.begin(), gqa.onnx_nodes.end(), [](const auto& n) {
     return n.node == "k_expand" && n.became.find("repeat_kv's Expand of the keys and values: GQA") != std::string::npos;
   }));
-  // A Softmax on its own takes the general path, and the report says so.
+  // A Softmax on its own takes the general path, and the report says which pattern looked at it.
   ModelBuilder lone(18);
   lone.input("x", {4, 8});
   lone.output("y", {4, 8});
@@ -722,7 +722,8 @@ TEST_CASE("scaled_dot_product_attention spelled as MatMul/Softmax/MatMul becomes
   const CompileResult alone = compile_model(lone.save("softmax.onnx"), RecipeKind::bf16, "lower");
   CHECK(alone.profiles.at(0).gpu.supported);
   CHECK(std::any_of(alone.onnx_nodes.begin(), alone.onnx_nodes.end(), [](const auto& n) {
-    return n.node == "alone" && n.became == "softmax (general path: no pattern took it)";
+    return n.node == "alone" && n.became == "softmax (general path: no pattern took it: the MatMul/Softmax/MatMul attention pattern starts at this "
+                                           "Softmax and found no match)";
   }));
 }
 

@@ -373,6 +373,40 @@ TEST_CASE("a symbolic dim needs --shape, and --shape must name one") {
   return m;
 }
 
+// y = x + Range(start, limit, delta), the three scalars FLOAT initializers.
+::onnx::ModelProto range_model(float start, float limit, float delta, int64_t x_len) {
+  ::onnx::ModelProto m = folded_add_model({1}, {}, {x_len}, "Identity");
+  auto* g = m.mutable_graph();
+  g->clear_initializer();
+  for (const auto& [name, value] : {std::pair{"start", start}, std::pair{"limit", limit}, std::pair{"delta", delta}}) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::FLOAT);
+    t->add_float_data(value);
+  }
+  auto* range = g->mutable_node(0);
+  range->set_op_type("Range");
+  range->clear_input();
+  for (const char* in : {"start", "limit", "delta"}) range->add_input(in);
+  return m;
+}
+
+TEST_CASE("Range of constants folds (positions), and a hostile one is refused by name") {
+  SUBCASE("0, 0.5, 1, 1.5: ceil((limit - start) / delta) elements") {
+    const OnnxImport imported = import_bytes(bytes_of(range_model(0.0f, 2.0f, 0.5f, 4)));
+    const Graph& g = imported.graphs.at(0);
+    const auto add = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op == "bias"; });
+    REQUIRE(add != g.nodes.end());
+    CHECK(*g.value(add->inputs.at(1)).weight->values == std::vector<float>{0.0f, 0.5f, 1.0f, 1.5f});
+  }
+  SUBCASE("a zero delta") {
+    expect_error(bytes_of(range_model(0.0f, 2.0f, 0.0f, 4)), ErrorKind::invalid_input, "Range needs a nonzero finite delta");
+  }
+  SUBCASE("a range too long to hold") {
+    expect_error(bytes_of(range_model(0.0f, 1e30f, 1.0f, 4)), ErrorKind::invalid_input, "Range of 1e+30 elements is too long");
+  }
+}
+
 TEST_CASE("the rotary tables' and causal mask's folds (MatMul, Cos, Sin, Trilu) refuse what they cannot fold, by name") {
   SUBCASE("a MatMul of constants whose product is too big is refused before it is allocated") {
     expect_error(bytes_of(folded_add_model({4096, 1}, {1, 8192}, {4096, 8192}, "MatMul")), ErrorKind::unsupported,
@@ -385,10 +419,18 @@ TEST_CASE("the rotary tables' and causal mask's folds (MatMul, Cos, Sin, Trilu) 
   SUBCASE("a Trilu of a 1-D constant") {
     expect_error(bytes_of(folded_add_model({4}, {}, {4}, "Trilu")), ErrorKind::invalid_input, "Trilu needs a tensor of rank 2 or more");
   }
-  SUBCASE("Trilu of a run-time value is named") {
+  SUBCASE("Trilu of a run-time value is where(a constant triangle, x, 0) on the general path") {
     ::onnx::ModelProto m = valid_model();
-    m.mutable_graph()->mutable_node(1)->set_op_type("Trilu");
-    expect_error(bytes_of(m), ErrorKind::unsupported, "Trilu on run-time values is not supported");
+    m.mutable_graph()->mutable_node(1)->set_op_type("Trilu");  // of h [2, 4], upper, k = 0
+    const OnnxImport imported = import_bytes(bytes_of(m));
+    const Graph& g = imported.graphs.at(0);
+    const auto where = std::find_if(g.nodes.begin(), g.nodes.end(), [](const Node& n) { return n.op == "where"; });
+    REQUIRE(where != g.nodes.end());
+    const Value& keep = g.value(where->inputs.at(0));
+    REQUIRE(keep.weight.has_value());
+    CHECK(keep.proto.shape == Shape({2, 4}));
+    CHECK(*keep.weight->values == std::vector<float>{1, 1, 1, 1, 0, 1, 1, 1});
+    CHECK(*g.value(where->inputs.at(2)).weight->values == std::vector<float>{0});
   }
   SUBCASE("Cos of a run-time value is a general unary") {
     ::onnx::ModelProto m = valid_model();

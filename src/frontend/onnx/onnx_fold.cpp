@@ -48,7 +48,9 @@ bool foldable(const std::string& op) {
                                             // a padding mask's arithmetic, evaluated at probe masks
                                             // (onnx_mask_probe.h): comparisons, logic, GatherND
                                             "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "And", "Or", "Xor", "Not",
-                                            "GatherND"};
+                                            "GatherND",
+                                            // positions: arange(seq) with seq from a Shape
+                                            "Range"};
   return ops.count(op) != 0;
 }
 
@@ -650,6 +652,33 @@ std::vector<TensorPtr> fold(const Node& n, const ConstMap& consts, const ShapeOf
       if (upper ? j - i >= k : j - i <= k) continue;
       if (t.is_float()) t.floats[static_cast<size_t>(e)] = 0.0f;
       else t.ints[static_cast<size_t>(e)] = 0;
+    }
+    return one(std::move(t));
+  }
+  if (op == "Range") {  // ceil((limit - start) / delta) elements, each the last plus delta, in the inputs' type (as ONNX's loop)
+    const Tensor &start = require(0), &limit = require(1), &delta = require(2);
+    TEC_USER_CHECK(start.numel() == 1 && limit.numel() == 1 && delta.numel() == 1, {}) << "Range's start, limit and delta must be scalars";
+    TEC_USER_CHECK(start.elem_type == limit.elem_type && start.elem_type == delta.elem_type, {})
+        << "Range's start, limit and delta have different types (" << elem_type_name(start.elem_type) << ", "
+        << elem_type_name(limit.elem_type) << ", " << elem_type_name(delta.elem_type) << ")";
+    const double step = delta.at(0);
+    TEC_USER_CHECK(step != 0.0 && std::isfinite(step) && std::isfinite(start.at(0)) && std::isfinite(limit.at(0)), {})
+        << "Range needs a nonzero finite delta and finite bounds, got start " << start.at(0) << ", limit " << limit.at(0) << ", delta " << step;
+    const double length = std::ceil((limit.at(0) - start.at(0)) / step);
+    TEC_USER_CHECK(length <= static_cast<double>(kMaxDim), {}) << "Range of " << length << " elements is too long";
+    const int64_t count = std::max<int64_t>(0, static_cast<int64_t>(length));
+    check_folded_size(Shape({count}), {});
+    Tensor t{.elem_type = start.elem_type, .dims = {count}, .floats = {}, .ints = {}};
+    if (start.is_float()) {
+      float v = start.floats[0];
+      for (int64_t i = 0; i < count; ++i, v += delta.floats[0]) t.floats.push_back(v);
+      if (auto d = tec_dtype(t.elem_type); d && *d != DType::fp32) reference::round_to(*d, t.floats);
+    } else {
+      int64_t v = start.ints[0];
+      for (int64_t i = 0; i < count; ++i) {
+        t.ints.push_back(v);
+        TEC_USER_CHECK(i + 1 == count || !__builtin_add_overflow(v, delta.ints[0], &v), {}) << "Range overflows int64";
+      }
     }
     return one(std::move(t));
   }
