@@ -8,7 +8,7 @@
 // hardware's approximate exp2 and reciprocal and recompute exactly every element whose stored
 // bits could differ (the verified fast SiLU, below tec_store_row).
 //
-// Producers (TEC_PRODUCER): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
+// Producers (TEC_PRODUCER, named in row_producers.h): 1 load, 2 layernorm, 3 rmsnorm, 4 unary activation (TEC_ACT),
 // 5 gated activation (act(x[:n]) * x[n:]), 6 add, 7 bias (TEC_RESIDUAL: then + the residual in
 // slot 2, of dtype TEC_RESIDUAL_DTYPE: a fused step [bias, add]), 8 scale (TEC_SCALE), 9 dequantize
 // (TEC_DQ: 1 per-tensor FP8, 2 MXFP8, 3 FP8 1x128, 4 FP8 128x128, 5 NVFP4), and the general
@@ -56,6 +56,7 @@
 // the cast pass reduces all P. That needs no zeroed buffer, so no memset before the amax
 // pass: a memset node cost ~2 us in a replayed graph on the H100, a kernel node ~1 us.
 #include "common.cuh"
+#include "row_producers.h"
 #include "tec_math.h"
 #include "block_sum.cuh"
 #ifndef TEC_RESIDUAL
@@ -165,25 +166,25 @@ struct TecRow {
 // Norm rows up to this length are staged in shared memory once (16-byte loads), instead of
 // being read from global memory three times (sum, squares, output).
 #define TEC_STAGE_LIMIT 8192
-#if (TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14) && TEC_N <= TEC_STAGE_LIMIT
+#if (TEC_PRODUCER == TEC_ROW_LAYERNORM || TEC_PRODUCER == TEC_ROW_RMSNORM || TEC_PRODUCER == TEC_ROW_L2NORM) && TEC_N <= TEC_STAGE_LIMIT
 #define TEC_STAGED 1
 #else
 #define TEC_STAGED 0
 #endif
 
-#if TEC_PRODUCER == 21
+#if TEC_PRODUCER == TEC_ROW_ROPE
 __device__ const double tec_rope_inv_frequency[] = {TEC_ROPE_INV_FREQUENCY};
 #endif
 
 // The per-element producers' arithmetic on an element x of slot 0 and its partner y (the
 // gate's second half, the other addend, the bias), shared by the scalar and the vector loads.
-#if TEC_PRODUCER == 4 || TEC_PRODUCER == 5 || TEC_PRODUCER == 6 || TEC_PRODUCER == 7 || TEC_PRODUCER == 8
+#if TEC_PRODUCER == TEC_ROW_ACTIVATION || TEC_PRODUCER == TEC_ROW_GATED || TEC_PRODUCER == TEC_ROW_ADD || TEC_PRODUCER == TEC_ROW_BIAS || TEC_PRODUCER == TEC_ROW_SCALE
 __device__ __forceinline__ float tec_elementwise(float x, float y) {
-#if TEC_PRODUCER == 4
+#if TEC_PRODUCER == TEC_ROW_ACTIVATION
   return tec_activation(x);
-#elif TEC_PRODUCER == 5
+#elif TEC_PRODUCER == TEC_ROW_GATED
   return tec_activation(x) * y;
-#elif TEC_PRODUCER == 6 || TEC_PRODUCER == 7
+#elif TEC_PRODUCER == TEC_ROW_ADD || TEC_PRODUCER == TEC_ROW_BIAS
   return x + y;
 #else
   return x * TEC_SCALE;
@@ -204,62 +205,62 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   const void* in0 = (const void*)args.slot[0];
   const void* in1 = (const void*)args.slot[1];
   const void* in2 = (const void*)args.slot[2];
-#if TEC_PRODUCER == 1
+#if TEC_PRODUCER == TEC_ROW_LOAD
   return tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
-#elif TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
+#elif TEC_PRODUCER == TEC_ROW_LAYERNORM || TEC_PRODUCER == TEC_ROW_RMSNORM || TEC_PRODUCER == TEC_ROW_L2NORM
 #if TEC_STAGED
   const float x = row.staged[i];
 #else
   const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
 #endif
-#if TEC_PRODUCER == 14
+#if TEC_PRODUCER == TEC_ROW_L2NORM
   return x * row.rsigma;
 #else
   float v = (x - row.mean) * row.rsigma * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
-#if TEC_PRODUCER == 2
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM
   v += tec_load<TEC_PARAM_DTYPE>(in2, i);
 #endif
   return v;
 #endif
-#elif TEC_PRODUCER == 4
+#elif TEC_PRODUCER == TEC_ROW_ACTIVATION
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), 0.0f);
-#elif TEC_PRODUCER == 16
+#elif TEC_PRODUCER == TEC_ROW_ACTIVATION_BACKWARD
   return tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_N + i) * tec_activation_derivative(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
-#elif TEC_PRODUCER == 17
+#elif TEC_PRODUCER == TEC_ROW_GATED_BACKWARD
   const i64 j = i < TEC_HALF ? i : i - TEC_HALF;
   const float a = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + j);
   const float g = tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_HALF + j);
   if (i < TEC_HALF) return g * tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + TEC_HALF + j) * tec_activation_derivative(a);
   return g * tec_activation(a);
-#elif TEC_PRODUCER == 18
+#elif TEC_PRODUCER == TEC_ROW_NORM_BACKWARD
   const float xhat = (tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i) - row.mean) * row.rsigma;
   const float g = tec_load<TEC_PARAM_DTYPE>(in2, row.r * TEC_N + i) * (tec_load<TEC_PARAM_DTYPE>(in1, i) + TEC_GAMMA_OFFSET);
   return row.rsigma * (g - row.mean_g - xhat * row.mean_gx);
-#elif TEC_PRODUCER == 5
+#elif TEC_PRODUCER == TEC_ROW_GATED
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + i), tec_load<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + TEC_N + i));
-#elif TEC_PRODUCER == 6
+#elif TEC_PRODUCER == TEC_ROW_ADD
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), tec_load<TEC_PARAM_DTYPE>(in1, row.r * TEC_N + i));
-#elif TEC_PRODUCER == 7
+#elif TEC_PRODUCER == TEC_ROW_BIAS
   const float biased = tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), tec_load<TEC_PARAM_DTYPE>(in1, i));
 #if TEC_RESIDUAL
   return biased + tec_load<TEC_RESIDUAL_DTYPE>(in2, row.r * TEC_N + i);
 #else
   return biased;
 #endif
-#elif TEC_PRODUCER == 8
+#elif TEC_PRODUCER == TEC_ROW_SCALE
   return tec_elementwise(tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i), 0.0f);
-#elif TEC_PRODUCER == 10
+#elif TEC_PRODUCER == TEC_ROW_UNARY
   return tec_apply_unary(TEC_UNARY, tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i));
-#elif TEC_PRODUCER == 11
+#elif TEC_PRODUCER == TEC_ROW_BINARY
   const i64 dims[] = {TEC_BCAST_DIMS}, a_strides[] = {TEC_A_STRIDES}, b_strides[] = {TEC_B_STRIDES};
   const i64 e = row.r * TEC_N + i;
   return tec_apply_binary(TEC_BINARY, tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(e, dims, a_strides)),
                           tec_load<TEC_PARAM_DTYPE>(in1, tec_strided_offset(e, dims, b_strides)));
-#elif TEC_PRODUCER == 19
+#elif TEC_PRODUCER == TEC_ROW_PERMUTE
   // moe_permute: row r of the tokens in expert order is token row_source[r] (kernels/moe.cu
   // writes only tokens in range).
   return tec_load<TEC_IN_DTYPE>(in0, (i64)((const int*)in1)[row.r] * TEC_N + i);
-#elif TEC_PRODUCER == 20
+#elif TEC_PRODUCER == TEC_ROW_UNPERMUTE
   // moe_unpermute: sum over j of weights[t, j] * y[row_map[t k + j]], j from 0 up; a row map
   // entry outside y's rows adds nothing and sets the status bit.
   // TEC_UNWEIGHTED (moe_permute's backward: d(permuted) back to the tokens) weighs each by 1.
@@ -274,20 +275,20 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
     acc += weight * tec_load<TEC_IN_DTYPE>(in0, (i64)r * TEC_N + i);
   }
   return acc;
-#elif TEC_PRODUCER == 23
+#elif TEC_PRODUCER == TEC_ROW_EMBEDDING
   const int id = ((const int*)in1)[row.r];
   if (id < 0 || id >= TEC_TABLE_ROWS) {
     if (i == 0) atomicOr((int*)args.slot[8], TEC_STATUS_BAD_TOKEN_ID);
     return 0.0f;
   }
   return tec_load<TEC_IN_DTYPE>(in0, (i64)id * TEC_N + i);
-#elif TEC_PRODUCER == 22
+#elif TEC_PRODUCER == TEC_ROW_UNPERMUTE_BACKWARD
   // moe_unpermute's backward: row r of d(y) is weights[s] d(out)[s / k] for the slot s that
   // maps to it (kernels/moe.cu's tec_moe_invert_row_map), 0 where none does.
   const int s = ((const int*)in1)[row.r];
   if (s < 0) return 0.0f;
   return ((const float*)in2)[s] * tec_load<TEC_IN_DTYPE>(in0, (i64)(s / TEC_TOPK) * TEC_N + i);
-#elif TEC_PRODUCER == 21
+#elif TEC_PRODUCER == TEC_ROW_ROPE
   const i64 c = i % TEC_ROPE_HEAD_DIM;
   const float x = tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + i);
   if (c >= TEC_ROPE_ROTARY) return x;  // channels past rotary_dim pass through
@@ -306,10 +307,10 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   if (first) tec_rope_rotate(x, other, cosine, sine, &y1, &y2);
   else tec_rope_rotate(other, x, cosine, sine, &y1, &y2);
   return first ? y1 : y2;
-#elif TEC_PRODUCER == 15
+#elif TEC_PRODUCER == TEC_ROW_STRIDED_GATHER
   const i64 dims[] = {TEC_BCAST_DIMS}, strides[] = {TEC_A_STRIDES};
   return tec_load<TEC_IN_DTYPE>(in0, tec_strided_offset(row.r * TEC_N + i, dims, strides));
-#elif TEC_PRODUCER == 13
+#elif TEC_PRODUCER == TEC_ROW_GEMM_EPILOGUE
   float v = ((const float*)in0)[row.r * TEC_N + i];
 #ifdef TEC_EPI_BIAS
   v = v + tec_load<TEC_EPI_BIAS>(in1, i);
@@ -321,7 +322,7 @@ __device__ __forceinline__ float tec_produce(const TecArgs& args, const TecRow& 
   v = v + tec_load<TEC_EPI_RESIDUAL>(in2, row.r * TEC_N + i);
 #endif
   return v;
-#elif TEC_PRODUCER == 9
+#elif TEC_PRODUCER == TEC_ROW_DEQUANTIZE
   const u8* data = (const u8*)in0;
   const i64 r = row.r, c = i;
 #if TEC_DQ == 1
@@ -399,21 +400,21 @@ __device__ __forceinline__ void tec_for_row(const TecArgs& args, const TecRow& r
 // the arena's 256-byte alignment gives; tec_vector_aligned checks before using it. rope takes it
 // where a group of 8 stays within one head and one half of its rotary channels (and loads its
 // partners as a group too); the staged norms take it for their stores.
-#if TEC_PRODUCER == 21
+#if TEC_PRODUCER == TEC_ROW_ROPE
 #define TEC_ROPE_VECTOR (TEC_ROPE_HEAD_DIM % 8 == 0 && TEC_ROPE_ROTARY % (TEC_ROPE_INTERLEAVED ? 8 : 16) == 0)
 #else
 #define TEC_ROPE_VECTOR 0
 #endif
 // The gated activations' backward takes it unchunked, where both halves' groups are 8-aligned:
 // one load each of a, b and dy gives a group of da and one of db (tec_for_row8).
-#if TEC_PRODUCER == 17
+#if TEC_PRODUCER == TEC_ROW_GATED_BACKWARD
 #define TEC_GATED_BACKWARD_VECTOR (TEC_HALF % 8 == 0 && TEC_CHUNK == TEC_N)
 #else
 #define TEC_GATED_BACKWARD_VECTOR 0
 #endif
-#if (TEC_PRODUCER == 1 || TEC_PRODUCER == 4 || TEC_PRODUCER == 5 || TEC_PRODUCER == 6 || TEC_PRODUCER == 7 || \
-     TEC_PRODUCER == 8 || TEC_ROPE_VECTOR || TEC_GATED_BACKWARD_VECTOR ||                                    \
-     ((TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14) && TEC_STAGED)) &&                     \
+#if (TEC_PRODUCER == TEC_ROW_LOAD || TEC_PRODUCER == TEC_ROW_ACTIVATION || TEC_PRODUCER == TEC_ROW_GATED || TEC_PRODUCER == TEC_ROW_ADD || TEC_PRODUCER == TEC_ROW_BIAS || \
+     TEC_PRODUCER == TEC_ROW_SCALE || TEC_ROPE_VECTOR || TEC_GATED_BACKWARD_VECTOR ||                                    \
+     ((TEC_PRODUCER == TEC_ROW_LAYERNORM || TEC_PRODUCER == TEC_ROW_RMSNORM || TEC_PRODUCER == TEC_ROW_L2NORM) && TEC_STAGED)) &&                     \
     TEC_N % 8 == 0 && TEC_CHUNK % 8 == 0 && !TEC_OUT_MID_M_TILES
 #define TEC_VECTOR 1
 #else
@@ -441,35 +442,35 @@ __device__ __forceinline__ void tec_load8(const void* base, i64 index, float (&x
   }
 }
 
-#if TEC_PRODUCER != 17
+#if TEC_PRODUCER != TEC_ROW_GATED_BACKWARD
 // Elements [i, i + 8) of row r, as tec_produce computes each.
 __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& row, i64 i, float (&v)[8]) {
   const void* in0 = (const void*)args.slot[0];
-#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM || TEC_PRODUCER == TEC_ROW_RMSNORM || TEC_PRODUCER == TEC_ROW_L2NORM
   // tec_produce's arithmetic, from the staged row and gamma (beta) 16 bytes at a time: a thread
   // reading 8 consecutive floats one by one hit each shared-memory bank 8 times over (the norms
   // were bound by L1 and shared memory: 94% busy, DRAM 22%, in Nsight Compute on the H100).
   const float4 lo = ((const float4*)row.staged)[i / 4], hi = ((const float4*)row.staged)[i / 4 + 1];
   const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#if TEC_PRODUCER == 14
+#if TEC_PRODUCER == TEC_ROW_L2NORM
 #pragma unroll
   for (int k = 0; k < 8; ++k) v[k] = x[k] * row.rsigma;
 #else
   float gamma[8];
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[1], i, gamma);
-#if TEC_PRODUCER == 2
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM
   float beta[8];
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[2], i, beta);
 #endif
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
     v[k] = (x[k] - row.mean) * row.rsigma * (gamma[k] + TEC_GAMMA_OFFSET);
-#if TEC_PRODUCER == 2
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM
     v[k] += beta[k];
 #endif
   }
 #endif
-#elif TEC_PRODUCER == 21
+#elif TEC_PRODUCER == TEC_ROW_ROPE
   // As tec_produce's rope, element by element: the same tec_rope_rotate call for each pair.
   float x[8];
   tec_load8<TEC_IN_DTYPE>(in0, row.r * TEC_N + i, x);
@@ -504,26 +505,26 @@ __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& 
 #endif
 #else
   float x[8], y[8] = {};
-#if TEC_PRODUCER == 5
+#if TEC_PRODUCER == TEC_ROW_GATED
   tec_load8<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + i, x);
   tec_load8<TEC_IN_DTYPE>(in0, row.r * 2 * TEC_N + TEC_N + i, y);
 #else
   tec_load8<TEC_IN_DTYPE>(in0, row.r * TEC_N + i, x);
 #endif
-#if TEC_PRODUCER == 6
+#if TEC_PRODUCER == TEC_ROW_ADD
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[1], row.r * TEC_N + i, y);
-#elif TEC_PRODUCER == 7
+#elif TEC_PRODUCER == TEC_ROW_BIAS
   tec_load8<TEC_PARAM_DTYPE>((const void*)args.slot[1], i, y);
 #endif
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-#if TEC_PRODUCER == 1
+#if TEC_PRODUCER == TEC_ROW_LOAD
     v[k] = x[k];
 #else
     v[k] = tec_elementwise(x[k], y[k]);
 #endif
   }
-#if TEC_PRODUCER == 7 && TEC_RESIDUAL
+#if TEC_PRODUCER == TEC_ROW_BIAS && TEC_RESIDUAL
   float residual[8];
   tec_load8<TEC_RESIDUAL_DTYPE>((const void*)args.slot[2], row.r * TEC_N + i, residual);
 #pragma unroll
@@ -533,7 +534,7 @@ __device__ __forceinline__ void tec_produce8(const TecArgs& args, const TecRow& 
 }
 #endif
 
-#if TEC_PRODUCER == 17
+#if TEC_PRODUCER == TEC_ROW_GATED_BACKWARD
 // Elements [j, j + 8) of the row's da and of its db (at TEC_HALF + j), as tec_produce computes
 // each. The scalar path loaded a, b and dy one element at a time, twice over (once for da,
 // once for db), and ran SiLU's exp for each of them: ~4.4 ms for swiglu's FP8 backward at
@@ -555,7 +556,7 @@ __device__ __forceinline__ void tec_produce_gated_backward8(const TecArgs& args,
 #endif
 
 __device__ __forceinline__ bool tec_vector_aligned(const TecArgs& args) {
-#if TEC_PRODUCER == 2 || (TEC_PRODUCER == 7 && TEC_RESIDUAL)
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM || (TEC_PRODUCER == TEC_ROW_BIAS && TEC_RESIDUAL)
   if (args.slot[2] & 15) return false;  // layernorm's beta, the residual
 #endif
   return ((args.slot[0] | args.slot[1] | args.slot[3]) & 15) == 0;
@@ -565,7 +566,7 @@ __device__ __forceinline__ bool tec_vector_aligned(const TecArgs& args) {
 // gated backward: two groups of da and their two of db).
 template <typename Use>
 __device__ __forceinline__ void tec_for_row8(const TecArgs& args, const TecRow& row, Use use) {
-#if TEC_PRODUCER == 17
+#if TEC_PRODUCER == TEC_ROW_GATED_BACKWARD
   for (i64 j = 8 * (i64)threadIdx.x; j < TEC_HALF; j += 16 * (i64)TEC_ROW_THREADS) {
     const i64 next = j + 8 * (i64)TEC_ROW_THREADS;
     float da[8], db[8], da_next[8], db_next[8];
@@ -655,7 +656,7 @@ __device__ __forceinline__ void tec_store_row(const TecArgs& args, const TecRow&
 // the bound (|x| > 16, NaN, results below 2^-100 or above 2^100) are always recomputed. So
 // every stored bit is the exact path's, which the bit-for-bit tests against the CPU reference
 // check (tests/gpu/silu_fast_path.json takes x to +-100).
-#if (TEC_PRODUCER == 4 || TEC_PRODUCER == 5) && defined(TEC_ACT) && TEC_ACT == 4 && TEC_IN_DTYPE == 0 && TEC_VECTOR && \
+#if (TEC_PRODUCER == TEC_ROW_ACTIVATION || TEC_PRODUCER == TEC_ROW_GATED) && defined(TEC_ACT) && TEC_ACT == 4 && TEC_IN_DTYPE == 0 && TEC_VECTOR && \
     (TEC_OUT == 0 || ((TEC_OUT == 10 || TEC_OUT == 14) && TEC_PASS == 1) || (TEC_OUT == 10 && TEC_PASS == 2) || TEC_OUT == 11)
 #define TEC_FAST_SILU 1
 #else
@@ -703,7 +704,7 @@ __device__ __forceinline__ uint4 tec_raw8(const TecArgs& args, i64 offset) { ret
 // A group from its loaded bytes: x (and the gate y of swiglu).
 __device__ __forceinline__ void tec_fast_silu_group(uint4 raw_x, uint4 raw_y, TecFastGroup& g) {
   tec_unpack_bf16x8(raw_x, g.x);
-#if TEC_PRODUCER == 5
+#if TEC_PRODUCER == TEC_ROW_GATED
   tec_unpack_bf16x8(raw_y, g.y);
 #else
   (void)raw_y;
@@ -711,7 +712,7 @@ __device__ __forceinline__ void tec_fast_silu_group(uint4 raw_x, uint4 raw_y, Te
   g.exact = 0;
 #pragma unroll
   for (int k = 0; k < 8; ++k) {
-#if TEC_PRODUCER == 5
+#if TEC_PRODUCER == TEC_ROW_GATED
     g.v[k] = tec_fast_silu(g.x[k]) * g.y[k];
 #else
     g.y[k] = 0.0f;
@@ -781,7 +782,7 @@ template <bool kAmax, bool kStore, typename T, typename Encode, typename Ambiguo
 __device__ __forceinline__ float tec_fast_silu_row(const TecArgs& args, const TecRow& row, T* out, Encode encode, Ambiguous ambiguous) {
   const i64 begin = (i64)blockIdx.y * TEC_CHUNK;
   const i64 end = begin + TEC_CHUNK < TEC_N ? begin + TEC_CHUNK : TEC_N;
-#if TEC_PRODUCER == 5
+#if TEC_PRODUCER == TEC_ROW_GATED
   const i64 x_row = row.r * 2 * TEC_N, y_row = x_row + TEC_N;
 #else
   const i64 x_row = row.r * TEC_N, y_row = x_row;
@@ -795,7 +796,7 @@ __device__ __forceinline__ float tec_fast_silu_row(const TecArgs& args, const Te
       raw_x[h] = raw_y[h] = make_uint4(0, 0, 0, 0);
       if (at < end) {
         raw_x[h] = tec_raw8(args, x_row + at);
-        if (TEC_PRODUCER == 5) raw_y[h] = tec_raw8(args, y_row + at);
+        if (TEC_PRODUCER == TEC_ROW_GATED) raw_y[h] = tec_raw8(args, y_row + at);
       }
     }
 #pragma unroll
@@ -836,7 +837,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   row.staged = nullptr;
   row.mean_g = row.mean_gx = 0.0f;
   const int t = threadIdx.x;
-#if TEC_PRODUCER == 2 || TEC_PRODUCER == 3 || TEC_PRODUCER == 14
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM || TEC_PRODUCER == TEC_ROW_RMSNORM || TEC_PRODUCER == TEC_ROW_L2NORM
   {
     const void* in0 = (const void*)args.slot[0];
 #if TEC_STAGED
@@ -860,7 +861,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
 #define TEC_X(i) tec_load<TEC_IN_DTYPE>(in0, row.r * TEC_N + (i))
 #endif
     float local = 0.0f;
-#if TEC_PRODUCER == 2
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM
     for (i64 i = t; i < TEC_N; i += TEC_ROW_THREADS) local += TEC_X(i);
     row.mean = tec_block_sum(local, scratch) / (float)TEC_N;
 #endif
@@ -871,14 +872,14 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
     }
 #undef TEC_X
     const float var = tec_block_sum(local, scratch);
-#if TEC_PRODUCER == 14
+#if TEC_PRODUCER == TEC_ROW_L2NORM
     row.rsigma = 1.0f / sqrtf(var + TEC_EPS);  // l2norm: the sum itself, not its mean
 #else
     row.rsigma = 1.0f / sqrtf(var / (float)TEC_N + TEC_EPS);
 #endif
 #if TEC_SAVE_STATS
     if (t == 0) {
-#if TEC_PRODUCER == 2
+#if TEC_PRODUCER == TEC_ROW_LAYERNORM
       ((float*)args.slot[10])[row.r] = row.mean;
 #endif
       ((float*)args.slot[11])[row.r] = row.rsigma;
@@ -887,7 +888,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   }
 #endif
 
-#if TEC_PRODUCER == 21
+#if TEC_PRODUCER == TEC_ROW_ROPE
   // rope: the row's cos and sin per pair, once, shared by its heads (in double, they would cost
   // more than the row's memory traffic if every element made its own).
   __shared__ float rope_angles[TEC_ROPE_ROTARY];
@@ -900,7 +901,7 @@ extern "C" __global__ void __launch_bounds__(TEC_ROW_THREADS) tec_row(TecArgs ar
   }
 #endif
 
-#if TEC_PRODUCER == 18
+#if TEC_PRODUCER == TEC_ROW_NORM_BACKWARD
   {
     // The row sums of g and g xhat in tec_row_sum_order, as backward_reference_norm adds them.
 #if TEC_HAS_MEAN

@@ -12,6 +12,7 @@
 #include "grouped_schedule.h"
 #include "grouped_wgrad_sm90_layout.h"
 #include "mid_m_layout.h"
+#include "row_producers.h"
 #include "status.h"
 #include "ops/common.h"
 #include "passes/memory_plan.h"
@@ -56,6 +57,9 @@ namespace {
 struct NotLowered {
   std::string reason;
 };
+
+// The define that picks a row-kernel producer (kernels/row_producers.h).
+std::string row_producer(int producer) { return "TEC_PRODUCER=" + std::to_string(producer); }
 
 std::string float_literal(double v) {
   char text[48];
@@ -434,7 +438,7 @@ class StepLowering {
   // The producer's values in fp32, unrounded, as the reference quantizes them: its own source
   // when it is a plain fp32 load (a weight's master), else a workspace the row kernel fills.
   std::string fp32_values(const Producer& producer, const Value& v, int64_t rows, int64_t cols) {
-    const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == "TEC_PRODUCER=1" && producer.defines[1] == "TEC_IN_DTYPE=2";
+    const bool fp32_load = producer.defines.size() == 2 && producer.defines[0] == row_producer(TEC_ROW_LOAD) && producer.defines[1] == "TEC_IN_DTYPE=2";
     if (fp32_load) return producer.inputs[0].buffer;
     const std::string staged = add_workspace(v.name + ".fp32", TensorProto::dense(Shape{rows, cols}, DType::fp32));
     emit_row_to(producer, rows, cols, staged, DType::fp32);
@@ -608,7 +612,7 @@ class StepLowering {
   static constexpr int64_t kRowThreads = 256;  // TEC_ROW_THREADS in kernels/tec_math.h
 
   Producer load(const std::string& buffer, DType dtype, const std::string& what) {
-    return {{"TEC_PRODUCER=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
+    return {{row_producer(TEC_ROW_LOAD), "TEC_IN_DTYPE=" + std::to_string(dtype_code(dtype, what))}, {buf(buffer), {}, {}}};
   }
 
   // Which copy of a quantized value a dequantize reads, and in what shape it writes it: the
@@ -658,7 +662,7 @@ class StepLowering {
     Producer p;
     // NVFP4's copy is x^T quantized as a rowwise copy is, so the rowwise dequantize reads it as
     // stored; TEC_DQ=9 reads it back in x's shape.
-    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
+    p.defines = {row_producer(TEC_ROW_DEQUANTIZE), "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0"),
                  !nvfp4 ? "TEC_DQ=8" : as_value ? "TEC_DQ=9" : "TEC_DQ=5"};
     p.inputs = {buf(role(v, BufferRole::columnwise_data)), buf(role(v, BufferRole::columnwise_scale_inv)),
                 nvfp4 ? buf(role(v, BufferRole::columnwise_amax)) : LaunchArg{}};
@@ -669,7 +673,7 @@ class StepLowering {
     const Quantizer& q = *v.proto.quantizer;
     if (!v.proto.usage.rowwise) throw NotLowered{"'" + v.name + "' has no rowwise copy to dequantize"};
     Producer p;
-    p.defines = {"TEC_PRODUCER=9", "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0")};
+    p.defines = {row_producer(TEC_ROW_DEQUANTIZE), "TEC_DQ_FP8_E4M3=" + std::string(q.dtype == DType::fp8_e4m3 ? "1" : "0")};
     p.inputs = {buf(data(v)), buf(role(v, BufferRole::scale_inv)), {}};
     switch (q.kind) {
       case QuantizerKind::fp8_current:
@@ -704,7 +708,7 @@ class StepLowering {
       frequencies += (frequencies.empty() ? "" : ",") + std::string(text);
     }
     Producer p;
-    p.defines = {"TEC_PRODUCER=21",
+    p.defines = {row_producer(TEC_ROW_ROPE),
                  "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
                  "TEC_ROPE_HEAD_DIM=" + std::to_string(head_dim) + "LL",
                  "TEC_ROPE_ROTARY=" + std::to_string(rotary_dim) + "LL",
@@ -882,7 +886,7 @@ class StepLowering {
     const std::string& op = first.op;
     if (op == "layernorm" || op == "rmsnorm") {
       const bool ln = op == "layernorm";
-      p.defines = {ln ? "TEC_PRODUCER=2" : "TEC_PRODUCER=3", in_dtype(), param_dtype(1),
+      p.defines = {row_producer(ln ? TEC_ROW_LAYERNORM : TEC_ROW_RMSNORM), in_dtype(), param_dtype(1),
                    "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-5)),
                    "TEC_GAMMA_OFFSET=" + std::string(first.attrs.get_bool("zero_centered_gamma", false) ? "1.0f" : "0.0f")};
       p.inputs = {buf(data(x)), buf(data(input(first, 1))), ln ? buf(data(input(first, 2))) : LaunchArg{}};
@@ -893,14 +897,14 @@ class StepLowering {
         p.more[3] = buf(data(g_.value(first.outputs.at(ln ? 2 : 1))));
       }
     } else if (is_activation(op)) {
-      p.defines = {is_gated(op) ? "TEC_PRODUCER=5" : "TEC_PRODUCER=4", in_dtype(), "TEC_ACT=" + std::to_string(activation_code(first))};
+      p.defines = {row_producer(is_gated(op) ? TEC_ROW_GATED : TEC_ROW_ACTIVATION), in_dtype(), "TEC_ACT=" + std::to_string(activation_code(first))};
       p.inputs = {buf(data(x)), {}, {}};
     } else if (op == "add") {
       if (input(first, 1).proto.shape != x.proto.shape) throw NotLowered{"add '" + first.name + "' broadcasts"};
-      p.defines = {"TEC_PRODUCER=6", in_dtype(), param_dtype(1)};
+      p.defines = {row_producer(TEC_ROW_ADD), in_dtype(), param_dtype(1)};
       p.inputs = {buf(data(x)), buf(data(input(first, 1))), {}};
     } else if (op == "bias") {
-      p.defines = {"TEC_PRODUCER=7", in_dtype(), param_dtype(1)};
+      p.defines = {row_producer(TEC_ROW_BIAS), in_dtype(), param_dtype(1)};
       p.inputs = {buf(data(x)), buf(data(input(first, 1))), {}};
       if (residual) {
         if (residual->proto.shape != x.proto.shape) throw NotLowered{"add '" + residual_add->name + "' broadcasts"};
@@ -908,15 +912,15 @@ class StepLowering {
         p.inputs[2] = buf(data(*residual));
       }
     } else if (op == "scale") {
-      p.defines = {"TEC_PRODUCER=8", in_dtype(), "TEC_SCALE=" + float_literal(first.attrs.get_float("scale", 1.0))};
+      p.defines = {row_producer(TEC_ROW_SCALE), in_dtype(), "TEC_SCALE=" + float_literal(first.attrs.get_float("scale", 1.0))};
       p.inputs = {buf(data(x)), {}, {}};
     } else if (op == "unary") {
-      p.defines = {"TEC_PRODUCER=10", in_dtype(), "TEC_UNARY=" + std::to_string(unary_function_code(first.attrs.get_string("fn", "")))};
+      p.defines = {row_producer(TEC_ROW_UNARY), in_dtype(), "TEC_UNARY=" + std::to_string(unary_function_code(first.attrs.get_string("fn", "")))};
       p.inputs = {buf(data(x)), {}, {}};
     } else if (op == "binary") {
       p = binary_producer(first);
     } else if (op == "l2norm") {
-      p.defines = {"TEC_PRODUCER=14", in_dtype(), "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-6))};
+      p.defines = {row_producer(TEC_ROW_L2NORM), in_dtype(), "TEC_EPS=" + float_literal(first.attrs.get_float("eps", 1e-6))};
       p.inputs = {buf(data(x)), {}, {}};
       p.per_element = false;
     } else if (op == "transpose") {
@@ -968,7 +972,7 @@ class StepLowering {
       const Value* dx = grad_of(0);
       if (!dx) return;
       Producer p;
-      p.defines = {is_gated(n.op) ? "TEC_PRODUCER=17" : "TEC_PRODUCER=16", dtype_define("TEC_IN_DTYPE", x),
+      p.defines = {row_producer(is_gated(n.op) ? TEC_ROW_GATED_BACKWARD : TEC_ROW_ACTIVATION_BACKWARD), dtype_define("TEC_IN_DTYPE", x),
                    dtype_define("TEC_PARAM_DTYPE", dy), "TEC_ACT=" + std::to_string(activation_code(n))};
       if (is_gated(n.op)) p.defines.push_back("TEC_HALF=" + std::to_string(x.proto.shape.cols() / 2) + "LL");
       p.inputs = {buf(data(x)), buf(data(dy)), {}};
@@ -985,7 +989,7 @@ class StepLowering {
         if (gamma.proto.dtype != dy.proto.dtype)
           throw NotLowered{"norm backward '" + n.name + "': gamma '" + gamma.name + "' and the gradient differ in dtype"};
         Producer p;
-        p.defines = {"TEC_PRODUCER=18", dtype_define("TEC_IN_DTYPE", x), dtype_define("TEC_PARAM_DTYPE", dy),
+        p.defines = {row_producer(TEC_ROW_NORM_BACKWARD), dtype_define("TEC_IN_DTYPE", x), dtype_define("TEC_PARAM_DTYPE", dy),
                      "TEC_HAS_MEAN=" + std::string(ln ? "1" : "0"),
                      "TEC_GAMMA_OFFSET=" + std::string(n.attrs.get_bool("zero_centered_gamma", false) ? "1.0f" : "0.0f")};
         p.inputs = {buf(data(x)), buf(data(gamma)), buf(data(dy))};
@@ -1076,7 +1080,7 @@ class StepLowering {
     };
     const Value &a = input(n, 0), &b = input(n, 1);
     Producer p;
-    p.defines = {"TEC_PRODUCER=11", "TEC_IN_DTYPE=" + std::to_string(dtype_code(a.proto.dtype, "input '" + a.name + "'")),
+    p.defines = {row_producer(TEC_ROW_BINARY), "TEC_IN_DTYPE=" + std::to_string(dtype_code(a.proto.dtype, "input '" + a.name + "'")),
                  "TEC_PARAM_DTYPE=" + std::to_string(dtype_code(b.proto.dtype, "input '" + b.name + "'")),
                  "TEC_BINARY=" + std::to_string(binary_function_code(n.attrs.get_string("fn", ""))), "TEC_BCAST_DIMS=" + int_list(dims),
                  "TEC_A_STRIDES=" + strides(a.proto.shape), "TEC_B_STRIDES=" + strides(b.proto.shape)};
@@ -1100,7 +1104,7 @@ class StepLowering {
     if (dims.empty()) dims = {1}, strides = {0};
     if (x.proto.quantizer) throw NotLowered{"transpose '" + n.name + "' reads quantized '" + x.name + "'"};
     Producer p;
-    p.defines = {"TEC_PRODUCER=15", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
+    p.defines = {row_producer(TEC_ROW_STRIDED_GATHER), "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'")),
                  "TEC_BCAST_DIMS=" + int_list(dims), "TEC_A_STRIDES=" + int_list(strides)};
     p.inputs = {buf(data(x)), {}, {}};
     return p;
@@ -1410,7 +1414,7 @@ class StepLowering {
     gemm.d_type = DType::fp32;
     push_gemm(gemm);
     Producer p;
-    p.defines = {"TEC_PRODUCER=13"};
+    p.defines = {row_producer(TEC_ROW_GEMM_EPILOGUE)};
     p.inputs = {buf(gemm.d), {}, {}};
     std::string epilogue;
     if (has_bias) {
@@ -1599,7 +1603,7 @@ class StepLowering {
     const std::string row_source = add_workspace(permuted.name + ".row_source", TensorProto::dense(Shape{slots}, DType::int32));
     push_route(n, indices, data(g_.value(n.outputs.at(1))), data(g_.value(n.outputs.at(2))), row_source);
     Producer p;
-    p.defines = {"TEC_PRODUCER=19", "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'"))};
+    p.defines = {row_producer(TEC_ROW_PERMUTE), "TEC_IN_DTYPE=" + std::to_string(dtype_code(x.proto.dtype, "input '" + x.name + "'"))};
     p.inputs = {buf(data(x)), buf(row_source), {}};
     emit_row(p, permuted);
   }
@@ -1610,7 +1614,7 @@ class StepLowering {
     const Value& ids = input(n, 0);
     const Value& table = input(n, 1);
     Producer p;
-    p.defines = {"TEC_PRODUCER=23", "TEC_IN_DTYPE=" + std::to_string(dtype_code(table.proto.dtype, "table '" + table.name + "'")),
+    p.defines = {row_producer(TEC_ROW_EMBEDDING), "TEC_IN_DTYPE=" + std::to_string(dtype_code(table.proto.dtype, "table '" + table.name + "'")),
                  "TEC_TABLE_ROWS=" + std::to_string(table.proto.shape.rows())};
     p.inputs = {buf(data(table)), buf(data(ids)), {}};
     p.more[0] = status_bit(TEC_STATUS_BAD_TOKEN_ID);
@@ -1682,7 +1686,7 @@ class StepLowering {
     const Value& y = input(n, 0);
     const Value& weights = input(n, 2);
     Producer p;
-    p.defines = {"TEC_PRODUCER=20", "TEC_IN_DTYPE=" + std::to_string(dtype_code(y.proto.dtype, "input '" + y.name + "'")),
+    p.defines = {row_producer(TEC_ROW_UNPERMUTE), "TEC_IN_DTYPE=" + std::to_string(dtype_code(y.proto.dtype, "input '" + y.name + "'")),
                  "TEC_TOPK=" + std::to_string(weights.proto.shape.cols()), "TEC_Y_ROWS=" + std::to_string(y.proto.shape.rows()) + "LL"};
     p.inputs = {buf(data(y)), buf(data(input(n, 1))), buf(data(weights))};
     p.more[0] = status_bit(TEC_STATUS_BAD_ROW_MAP);
@@ -1733,7 +1737,7 @@ class StepLowering {
                       row_source = int32_workspace("row_source", slots);
     push_route(n, indices, m_splits, row_map, row_source);
     Producer p;
-    p.defines = {"TEC_PRODUCER=20", "TEC_UNWEIGHTED=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dpermuted.proto.dtype, "'" + dpermuted.name + "'")),
+    p.defines = {row_producer(TEC_ROW_UNPERMUTE), "TEC_UNWEIGHTED=1", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dpermuted.proto.dtype, "'" + dpermuted.name + "'")),
                  "TEC_TOPK=" + std::to_string(indices.proto.shape.cols()), "TEC_Y_ROWS=" + std::to_string(slots) + "LL"};
     p.inputs = {buf(data(dpermuted)), buf(row_map), {}};
     p.more[0] = status_bit(TEC_STATUS_BAD_ROW_MAP);
@@ -1763,7 +1767,7 @@ class StepLowering {
                               {"TEC_INVERT_SLOTS=" + std::to_string(slots) + "LL", "TEC_Y_ROWS=" + std::to_string(y_rows) + "LL"},
                               {buf(data(row_map)), buf(slot_of_row), status_bit(TEC_STATUS_BAD_ROW_MAP)}, 1, 1024));
     Producer p;
-    p.defines = {"TEC_PRODUCER=22", "TEC_IN_DTYPE=" + std::to_string(dtype_code(dout.proto.dtype, "'" + dout.name + "'")),
+    p.defines = {row_producer(TEC_ROW_UNPERMUTE_BACKWARD), "TEC_IN_DTYPE=" + std::to_string(dtype_code(dout.proto.dtype, "'" + dout.name + "'")),
                  "TEC_TOPK=" + std::to_string(top_k)};
     p.inputs = {buf(data(dout)), buf(slot_of_row), buf(data(weights))};
     emit_row(p, *dy);
@@ -2073,7 +2077,7 @@ class StepLowering {
                                             : "out_features / 2 = " + std::to_string(n_out / 2) + " is no multiple of 128") +
                               ", so a tile cannot pair gate with up columns");
       Producer p;
-      p.defines = {"TEC_PRODUCER=5", "TEC_IN_DTYPE=" + std::to_string(dtype_code(d_type, "'" + gemm_out.name + "'")),
+      p.defines = {row_producer(TEC_ROW_GATED), "TEC_IN_DTYPE=" + std::to_string(dtype_code(d_type, "'" + gemm_out.name + "'")),
                    "TEC_ACT=" + std::to_string(activation_code(*act))};
       p.inputs = {buf(d), {}, {}};
       emit_row(p, out);
