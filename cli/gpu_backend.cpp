@@ -48,6 +48,15 @@ std::vector<double> time_runs(const std::vector<runtime::Session*>& sessions, cu
   return us;
 }
 
+// Kernel steps are tec's row and general kernels, the reference's float operations, bit for
+// bit; a step with a library's launch (cuDNN's attention, a cuBLASLt GEMM: sums in their own
+// order) is held to the bound instead.
+bool runs_library_kernel(const plan::Profile& profile, size_t step) {
+  return std::any_of(profile.launches.begin(), profile.launches.end(), [&](const plan::Launch& l) {
+    return l.step == static_cast<int>(step) && (l.kind == "attention" || l.kind == "gemm");
+  });
+}
+
 }  // namespace
 
 int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
@@ -165,10 +174,7 @@ int run_gpu(std::shared_ptr<const plan::Plan> plan, const GpuRunOptions& o) {
       for (size_t s = 0; s < profile.steps.size(); ++s) {
         const plan::Step& step = profile.steps[s];
         if (before_step[s].empty()) continue;  // not in this run (a skipped weight workspace)
-        // Kernel steps are tec's row kernels, the reference's float operations; attention is
-        // cuDNN's (a GEMM-like sum in its own order), held to the bound.
-        const bool library_kernel =
-            std::any_of(step.ops.begin(), step.ops.end(), [](const plan::Op& step_op) { return step_op.op == "attention"; });
+        const bool library_kernel = runs_library_kernel(profile, s);
         reference::Session cpu(*plan, profile);
         cpu.set_arena(before_step[s]);
         cpu.run_step(s);

@@ -141,8 +141,9 @@ void inspect(const tec::plan::Plan& plan) {
       for (const auto& l : p.launches) {
         const std::string step = l.step < 0 ? "(run)" : p.steps[static_cast<size_t>(l.step)].name;
         if (l.kind == "gemm")
-          std::printf("  %-24s gemm    m=%lld n=%lld k=%lld A %s/%s B %s/%s -> %s, epilogue %s%s%s, algo %s%s\n", step.c_str(),
+          std::printf("  %-24s gemm    m=%lld n=%lld k=%lld%s A %s/%s B %s/%s -> %s, epilogue %s%s%s, algo %s%s\n", step.c_str(),
                       static_cast<long long>(l.gemm.m), static_cast<long long>(l.gemm.n), static_cast<long long>(l.gemm.k),
+                      l.gemm.batch > 1 ? (" x " + std::to_string(l.gemm.batch) + " batched").c_str() : "",
                       std::string(tec::to_string(l.gemm.a.type)).c_str(), l.gemm.a.scale_mode.c_str(),
                       std::string(tec::to_string(l.gemm.b.type)).c_str(), l.gemm.b.scale_mode.c_str(),
                       std::string(tec::to_string(l.gemm.d_type)).c_str(), l.gemm.epilogue.c_str(), l.gemm.c >= 0 ? ", C" : "",

@@ -227,6 +227,7 @@ json launches_manifest(const CompiledProfile& p) {
         auto rows = [](const codegen::RowOffset& r) { return json{{"fixed", r.fixed}, {"per_rank", r.per_rank}, {"shift", r.shift}}; };
         if (g.x_rows.any()) j["gemm"]["x_rows"] = rows(g.x_rows);
         if (g.d_rows.any()) j["gemm"]["d_rows"] = rows(g.d_rows);
+        if (g.batch > 1) j["gemm"]["batch"] = {{"count", g.batch}, {"stride_a", g.batch_stride_a}, {"stride_b", g.batch_stride_b}};
         break;
       }
     }

@@ -180,4 +180,43 @@ std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<
   return launches;
 }
 
+std::optional<GemmLaunch> matmul_gemm(const GeneralPlan& plan, const std::vector<GeneralOperand>& in, const GeneralOperand& out) {
+  const DType dtype = out.dtype;
+  if (in.at(0).dtype != dtype || in.at(1).dtype != dtype || (dtype != DType::bf16 && dtype != DType::fp16 && dtype != DType::fp32))
+    return std::nullopt;
+  const int64_t per_16_bytes = 16 / storage_bytes(dtype);
+  if (plan.k % per_16_bytes != 0 || plan.n % per_16_bytes != 0 || plan.dims.size() > 1) return std::nullopt;
+  GemmLaunch g;
+  g.m = plan.m, g.n = plan.n, g.k = plan.k;
+  const int64_t batch = plan.dims.empty() ? 1 : plan.dims[0];
+  const int64_t stride_left = batch > 1 ? plan.strides.at(0).at(0) : 0, stride_right = batch > 1 ? plan.strides.at(1).at(0) : 0;
+  if (batch > 1 && stride_right == 0 && stride_left == plan.m * plan.k) {
+    g.m = checked_mul(batch, plan.m);  // every batch times the one right matrix: one GEMM
+  } else if (batch > 1) {
+    if (stride_left != plan.m * plan.k || stride_right != plan.k * plan.n) return std::nullopt;
+    g.batch = batch;
+    g.batch_stride_a = stride_right;
+    g.batch_stride_b = stride_left;
+  }
+  // y[m, n] = x[m, k] . w[n, k]^T with x the left operand and w^T the right one, [k, n] row-major.
+  g.a = GemmOperand{.buffer = in[1].buffer, .type = dtype, .scale_inv = "", .scale_mode = "none", .transposed = true};
+  g.b = GemmOperand{.buffer = in[0].buffer, .type = dtype, .scale_inv = "", .scale_mode = "none", .transposed = false};
+  g.d = out.buffer;
+  g.d_type = dtype;
+  return g;
+}
+
+std::string describe(const GemmLaunch& gemm) {
+  return (gemm.batch > 1 ? "a strided batch of " + std::to_string(gemm.batch) + " cuBLASLt GEMMs" : std::string("one cuBLASLt GEMM")) +
+         " (fp32 accumulation; its output within the GEMM bound of the CPU reference's)";
+}
+
+GeneralPlan copy_plan(int64_t count, const Shape& out) {
+  GeneralPlan plan;
+  plan.kernel = GeneralKernel::copies;
+  plan.out_dims = out.dims;
+  plan.copies.push_back(StridedCopy{.input = 0, .dims = {count}, .in_offset = 0, .out_offset = 0, .in_strides = {1}, .out_strides = {1}});
+  return plan;
+}
+
 }  // namespace tec::codegen

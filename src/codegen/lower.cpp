@@ -20,37 +20,6 @@
 
 namespace tec::codegen {
 
-std::string_view to_string(Launch::Kind kind) {
-  switch (kind) {
-    case Launch::Kind::kernel: return "kernel";
-    case Launch::Kind::gemm: return "gemm";
-    case Launch::Kind::memset: return "memset";
-    case Launch::Kind::delayed_scale_inv: return "delayed_scale_inv";
-    case Launch::Kind::delayed_update: return "delayed_update";
-    case Launch::Kind::collective: return "collective";
-    case Launch::Kind::fork: return "fork";
-    case Launch::Kind::join: return "join";
-    case Launch::Kind::attention: return "attention";
-  }
-  return "?";
-}
-
-int kernel_dtype_code(DType d) {
-  if (d == DType::bf16) return 0;
-  if (d == DType::fp16) return 1;
-  if (d == DType::fp32) return 2;
-  return -1;
-}
-
-int ModuleTable::add(const KernelRequest& request) {
-  for (size_t i = 0; i < requests_.size(); ++i)
-    if (requests_[i].source == request.source && requests_[i].defines == request.defines &&
-        requests_[i].arch_specific == request.arch_specific)
-      return static_cast<int>(i);
-  requests_.push_back(request);
-  return static_cast<int>(requests_.size() - 1);
-}
-
 namespace {
 
 // Thrown inside the lowering for a step it cannot lower yet; becomes GpuLowering::reason.
@@ -92,6 +61,28 @@ int activation_code(const Node& n) {
 }
 bool is_activation(const std::string& op) { return op == "gelu" || op == "relu" || op == "silu" || op == "swiglu" || op == "geglu"; }
 bool is_gated(const std::string& op) { return op == "swiglu" || op == "geglu"; }
+
+// The defines and argument slots of tec's GEMM kernels (kernels/gemm_epilogue.cuh).
+std::vector<std::string> gemm_kernel_defines(const GemmLaunch& gemm, DType residual_type) {
+  auto code = [](DType d) { return std::to_string(d == DType::fp32 ? 2 : 1); };
+  int out_code = 0;
+  if (is_float8(gemm.d_type)) out_code = 11;
+  else if (!gemm.amax_d.empty()) out_code = 20;
+  else if (gemm.d_type == DType::fp32) out_code = 2;
+  return {"TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
+          "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
+          "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
+          "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
+          "TEC_ACT=" + std::string(gemm.epilogue.starts_with("gelu") ? "1" : gemm.epilogue.starts_with("relu") ? "3" : "0"),
+          "TEC_RESIDUAL=" + (gemm.c.empty() ? std::string("0") : code(residual_type)),
+          "TEC_OUT=" + std::to_string(out_code),
+          "TEC_FP8_E4M3=" + std::string(gemm.d_type == DType::fp8_e4m3 ? "1" : "0")};
+}
+std::vector<LaunchArg> gemm_kernel_args(const GemmLaunch& gemm) {
+  auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
+  return {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
+          opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
+}
 
 class StepLowering {
  public:
@@ -1492,28 +1483,6 @@ class StepLowering {
   // One block of 8 warps per 16 rows of W, each warp a slice of K (measured best on the H100
   // at mlp.json's shapes, for both N = 16384 and N = 4096).
   static int64_t small_gemm_blocks(const GemmLaunch& gemm) { return gemm.n / 16; }
-  // The defines and argument slots of tec's GEMM kernels (kernels/gemm_epilogue.cuh).
-  static std::vector<std::string> gemm_kernel_defines(const GemmLaunch& gemm, DType residual_type) {
-    auto code = [](DType d) { return std::to_string(d == DType::fp32 ? 2 : 1); };
-    int out_code = 0;
-    if (is_float8(gemm.d_type)) out_code = 11;
-    else if (!gemm.amax_d.empty()) out_code = 20;
-    else if (gemm.d_type == DType::fp32) out_code = 2;
-    return {"TEC_M=" + std::to_string(gemm.m), "TEC_N=" + std::to_string(gemm.n) + "LL", "TEC_K=" + std::to_string(gemm.k) + "LL",
-            "TEC_A_E4M3=" + std::string(gemm.a.type == DType::fp8_e4m3 ? "1" : "0"),
-            "TEC_B_E4M3=" + std::string(gemm.b.type == DType::fp8_e4m3 ? "1" : "0"),
-            "TEC_BIAS=" + (gemm.bias.empty() ? std::string("0") : code(gemm.bias_type)),
-            "TEC_ACT=" + std::string(gemm.epilogue.starts_with("gelu") ? "1" : gemm.epilogue.starts_with("relu") ? "3" : "0"),
-            "TEC_RESIDUAL=" + (gemm.c.empty() ? std::string("0") : code(residual_type)),
-            "TEC_OUT=" + std::to_string(out_code),
-            "TEC_FP8_E4M3=" + std::string(gemm.d_type == DType::fp8_e4m3 ? "1" : "0")};
-  }
-  static std::vector<LaunchArg> gemm_kernel_args(const GemmLaunch& gemm) {
-    auto opt = [](const std::string& b) { return b.empty() ? LaunchArg{} : buf(b); };
-    return {buf(gemm.a.buffer), buf(gemm.a.scale_inv), buf(gemm.b.buffer), buf(gemm.b.scale_inv), opt(gemm.bias),
-            opt(gemm.c),        buf(gemm.d),           opt(gemm.d_scale),  opt(gemm.amax_d)};
-  }
-
   void push_small_gemm(const GemmLaunch& gemm, DType residual_type) {
     std::vector<std::string> defines = gemm_kernel_defines(gemm, residual_type);
     defines.push_back("TEC_UNROLL=" + std::string(gemm.m <= 16 ? "2" : "1"));
@@ -1641,22 +1610,26 @@ class StepLowering {
     const bool through_workspace = stored_value.proto.quantizer.has_value();
     const GeneralOperand out{through_workspace ? add_workspace(n.name + ".general", TensorProto::dense(y.proto.shape, y.proto.dtype)) : data(y),
                              y.proto.dtype};
-    std::string why_not;
-    std::vector<Launch> launches = general_launches(plan, inputs, out, index_, modules_, why_not);
-    if (launches.empty()) throw NotLowered{n.op + " '" + n.name + "': " + why_not};
-    for (Launch& l : launches) out_.push_back(std::move(l));
+    if (auto gemm = plan.kernel == GeneralKernel::matmul ? matmul_gemm(plan, inputs, out) : std::nullopt) {
+      push_gemm(*gemm);
+      step_.kind = StepKind::gemm;  // (held to the GEMM bound, not bit for bit)
+      step_.fusions.push_back("gpu: the matmul as " + describe(*gemm));
+    } else {
+      push_general(n, plan, inputs, out);
+    }
     if (through_workspace) emit_row(load(out.buffer, y.proto.dtype, "'" + n.name + "'s output"), stored_value);
   }
 
   // A view's elements copied as they are by the general path's copy kernel (integers and bools,
   // which the row kernels do not load).
   void copy_elements(const Node& n, const Value& x, const Value& y) {
-    GeneralPlan plan;
-    plan.kernel = GeneralKernel::copies;
-    plan.out_dims = y.proto.shape.dims;
-    plan.copies.push_back(StridedCopy{.input = 0, .dims = {x.proto.shape.numel()}, .in_offset = 0, .out_offset = 0, .in_strides = {1}, .out_strides = {1}});
+    push_general(n, copy_plan(x.proto.shape.numel(), y.proto.shape), {{data(x), x.proto.dtype}}, {data(y), y.proto.dtype});
+  }
+
+  // The general path's launches (codegen/general.h) of node n's `plan`, or NotLowered saying why not.
+  void push_general(const Node& n, const GeneralPlan& plan, const std::vector<GeneralOperand>& inputs, const GeneralOperand& out) {
     std::string why_not;
-    std::vector<Launch> launches = general_launches(plan, {{data(x), x.proto.dtype}}, {data(y), y.proto.dtype}, index_, modules_, why_not);
+    std::vector<Launch> launches = general_launches(plan, inputs, out, index_, modules_, why_not);
     if (launches.empty()) throw NotLowered{n.op + " '" + n.name + "': " + why_not};
     for (Launch& l : launches) out_.push_back(std::move(l));
   }

@@ -68,6 +68,9 @@ struct GemmLaunch {
   // for per-tensor scaling (use_split_accumulator=False); block scaling always splits.
   bool fast_accum = false;
   RowOffset x_rows, d_rows;  // where B = x and C, D start (row-major, untransposed only)
+  // A strided batch of `batch` GEMMs (a general matmul's batch dims): A and B advance these
+  // many elements per GEMM, D by m x n. Unscaled 16- and 32-bit operands only.
+  int64_t batch = 1, batch_stride_a = 0, batch_stride_b = 0;
 };
 
 // A collective over the plan's ranks on the session's NCCL communicator (plan::Collective

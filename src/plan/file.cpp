@@ -22,12 +22,23 @@ struct PlanImage {
   uint64_t size = 0;
 };
 
-PlanImage plan_image(const std::string& text, const std::vector<std::span<const uint8_t>>& section) {
+// The oldest format version that holds what the manifest uses (format.h).
+uint32_t version_needed(const nlohmann::json& manifest) {
+  if (!manifest.is_object() || !manifest.contains("profiles") || !manifest["profiles"].is_array()) return kOldestFormatVersion;
+  for (const auto& profile : manifest["profiles"]) {
+    if (!profile.is_object() || !profile.contains("gpu") || !profile["gpu"].is_object() || !profile["gpu"].contains("launches")) continue;
+    for (const auto& launch : profile["gpu"]["launches"])
+      if (launch.is_object() && launch.contains("gemm") && launch["gemm"].is_object() && launch["gemm"].contains("batch")) return 6;
+  }
+  return kOldestFormatVersion;
+}
+
+PlanImage plan_image(const std::string& text, const std::vector<std::span<const uint8_t>>& section, uint32_t version) {
   uint64_t section_size = 0;
   for (const auto& piece : section) section_size += piece.size();
   FileHeader header{};
   std::memcpy(header.magic, kMagic, 8);
-  header.version = kFormatVersion;
+  header.version = version;
   header.manifest_offset = kBlobAlignment;
   header.manifest_size = text.size();
   header.blobs_offset = static_cast<uint64_t>(round_up(static_cast<int64_t>(kBlobAlignment + text.size()), kBlobAlignment));
@@ -80,16 +91,16 @@ std::vector<std::span<const uint8_t>> lay_out_blobs(nlohmann::json& manifest, co
 
 std::vector<uint8_t> serialize_plan(nlohmann::json manifest, const std::vector<Blob>& blobs) {
   const auto section = lay_out_blobs(manifest, blobs);
-  return concatenate(plan_image(manifest.dump(), section));
+  return concatenate(plan_image(manifest.dump(), section, version_needed(manifest)));
 }
 
 std::vector<uint8_t> assemble_plan(const std::string& text, std::span<const uint8_t> section) {
-  return concatenate(plan_image(text, {section}));
+  return concatenate(plan_image(text, {section}, version_needed(nlohmann::json::parse(text, nullptr, false))));
 }
 
 uint64_t write_plan_file(const std::string& path, nlohmann::json manifest, const std::vector<Blob>& blobs) {
   const auto section = lay_out_blobs(manifest, blobs);
-  const PlanImage image = plan_image(manifest.dump(), section);
+  const PlanImage image = plan_image(manifest.dump(), section, version_needed(manifest));
   write_file_atomically(path, image.pieces);
   return image.size;
 }
@@ -102,9 +113,9 @@ PlanFile parse_plan_file(std::span<const uint8_t> bytes, const std::string& name
   FileHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
   TEC_USER_CHECK(std::memcmp(h.magic, kMagic, 8) == 0, ctx) << "not a tec plan (wrong magic)";
-  TEC_USER_CHECK(h.version == kFormatVersion, ctx)
-      << "plan format version " << h.version << " is not supported; this build reads version " << kFormatVersion
-      << (h.version > kFormatVersion ? " (the plan is newer than this tec)" : "");
+  TEC_USER_CHECK(h.version >= kOldestFormatVersion && h.version <= kFormatVersion, ctx)
+      << "plan format version " << h.version << " is not supported; this build reads versions " << kOldestFormatVersion << " to "
+      << kFormatVersion << (h.version > kFormatVersion ? " (the plan is newer than this tec)" : "");
   TEC_USER_CHECK(h.flags == 0 && h.reserved == 0, ctx) << "plan header has unknown flags";
   TEC_USER_CHECK(h.file_size == bytes.size(), ctx)
       << "plan is truncated or padded: header says " << h.file_size << " bytes, file has " << bytes.size();

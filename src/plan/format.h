@@ -20,7 +20,12 @@ namespace tec::plan {
 
 inline constexpr char kMagic[8] = {'T', 'E', 'C', 'P', 'L', 'A', 'N', '\0'};
 inline constexpr char kTrailerMagic[8] = {'T', 'E', 'C', 'E', 'N', 'D', '\0', '\0'};
-inline constexpr uint32_t kFormatVersion = 5;  // 2: the four-lane checksum64; 3: device_layout; 4: shared_bytes; 5: tensor_maps
+// The newest version this build writes and reads: 2 the four-lane checksum64, 3 device_layout, 4
+// shared_bytes, 5 tensor_maps, 6 a GEMM launch's strided `batch`. A plan is written with the
+// oldest version that holds what it uses (one without a batched GEMM is a version 5 file, which
+// readers since 5 read), so that an older reader refuses, by version, a plan it would misread.
+inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kOldestFormatVersion = 5;
 inline constexpr uint64_t kBlobAlignment = 256;
 inline constexpr uint64_t kHeaderBytes = 64;
 inline constexpr uint64_t kTrailerBytes = 16;

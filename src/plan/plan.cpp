@@ -5,6 +5,7 @@
 #include "plan/plan.h"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <set>
 
@@ -13,87 +14,12 @@
 #include "plan/file.h"
 #include "plan/layout_check.h"
 #include "plan/format.h"
+#include "plan/manifest_reader.h"
 #include "status.h"
 
 namespace tec::plan {
 
 namespace {
-
-using json = nlohmann::json;
-
-// Reads fields of one manifest object; errors name the JSON path.
-class Reader {
- public:
-  Reader(const json& j, std::string path, const std::string& file) : j_(j), path_(std::move(path)), file_(file) {
-    TEC_USER_CHECK(j_.is_object(), ctx()) << "expected an object";
-  }
-  ErrorContext ctx(const std::string& key = "") const {
-    return ErrorContext{"plan", "", "", file_ + " manifest " + path_ + (key.empty() ? "" : "/" + key)};
-  }
-  const json& field(const std::string& key) const {
-    TEC_USER_CHECK(j_.contains(key), ctx()) << "missing field '" << key << "'";
-    return j_[key];
-  }
-  bool contains(const std::string& key) const { return j_.contains(key); }
-  std::string optional_str(const std::string& key) const { return j_.contains(key) ? str(key) : std::string(); }
-  int64_t optional_integer(const std::string& key, int64_t lo, int64_t hi) const { return j_.contains(key) ? integer(key, lo, hi) : 0; }
-  bool optional_boolean(const std::string& key) const {
-    if (!j_.contains(key)) return false;
-    TEC_USER_CHECK(j_[key].is_boolean(), ctx(key)) << "expected a boolean, got " << json_excerpt(j_[key]);
-    return j_[key].get<bool>();
-  }
-  bool boolean(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_boolean(), ctx(key)) << "expected a boolean, got " << json_excerpt(field(key));
-    return field(key).get<bool>();
-  }
-  double number(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_number(), ctx(key)) << "expected a number, got " << json_excerpt(field(key));
-    return field(key).get<double>();
-  }
-  std::string str(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_string(), ctx(key)) << "expected a string";
-    return field(key).get<std::string>();
-  }
-  int64_t integer(const std::string& key, int64_t lo, int64_t hi) const {
-    const json& v = field(key);
-    TEC_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= lo && v.get<int64_t>() <= hi, ctx(key))
-        << "expected an integer in [" << lo << ", " << hi << "], got " << json_excerpt(v);
-    return v.get<int64_t>();
-  }
-  const json& array(const std::string& key) const {
-    TEC_USER_CHECK(field(key).is_array(), ctx(key)) << "expected an array";
-    return field(key);
-  }
-  std::vector<std::string> strings(const std::string& key) const {
-    std::vector<std::string> out;
-    for (const auto& v : array(key)) {
-      TEC_USER_CHECK(v.is_string(), ctx(key)) << "expected strings";
-      out.push_back(v.get<std::string>());
-    }
-    return out;
-  }
-  Shape shape(const std::string& key) const {
-    Shape s;
-    for (const auto& d : array(key)) {
-      TEC_USER_CHECK(d.is_number_integer() && d.get<int64_t>() >= 0 && d.get<int64_t>() <= kMaxDim, ctx(key))
-          << "shape entries must be integers in [0, " << kMaxDim << "]";
-      s.dims.push_back(d.get<int64_t>());
-    }
-    TEC_USER_CHECK(s.rank() <= 8, ctx(key)) << "rank " << s.rank() << " exceeds 8";
-    with_context(ctx(key), [&] { (void)s.numel(); });
-    return s;
-  }
-  DType dtype(const std::string& key) const {
-    auto d = parse_dtype(str(key));
-    TEC_USER_CHECK(d.has_value(), ctx(key)) << "unknown dtype";
-    return *d;
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  const std::string& file_;
-};
 
 std::optional<BufferRole> parse_role(const std::string& s) {
   for (auto r : {BufferRole::data, BufferRole::columnwise_data, BufferRole::scale_inv, BufferRole::columnwise_scale_inv,
@@ -227,18 +153,9 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     TEC_USER_CHECK(tp_size > 1, r.ctx("kind")) << "a " << l.kind << " in a plan of one rank";
     return l;
   }
-  const int buffer_count = static_cast<int>(p.buffers.size());
-  // A buffer reference: null or an index; `writable` ones may not point at the constants.
-  auto ref = [&](const json& v, const std::string& key, bool writable) -> int {
-    if (v.is_null()) return -1;
-    TEC_USER_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < buffer_count, r.ctx(key))
-        << "expected null or a buffer index below " << buffer_count << ", got " << json_excerpt(v);
-    const int i = v.get<int>();
-    TEC_USER_CHECK(!writable || p.buffers[static_cast<size_t>(i)].region != "constants", r.ctx(key))
-        << "a launch writes buffer '" << p.buffers[static_cast<size_t>(i)].name << "', which is a constant";
-    return i;
-  };
-  auto bytes_of = [&](int i) { return i < 0 ? int64_t{0} : p.buffers[static_cast<size_t>(i)].bytes; };
+  const BufferRefs refs{r, p};
+  auto ref = [&](const json& v, const std::string& key, bool writable) { return refs.ref(v, key, writable); };
+  auto bytes_of = [&](int i) { return refs.bytes_of(i); };
   if (l.kind == "memset") {
     l.buffer = ref(r.field("buffer"), "buffer", true);
     TEC_USER_CHECK(l.buffer >= 0, r.ctx("buffer")) << "memset needs a buffer";
@@ -427,96 +344,7 @@ Launch parse_launch(const Reader& r, const std::string& path, const std::string&
     return l;
   }
   TEC_USER_CHECK(l.kind == "gemm", r.ctx("kind")) << "unknown launch kind '" << l.kind << "'";
-  const Reader g(r.field("gemm"), path + "/gemm", file);
-  Gemm& gemm = l.gemm;
-  gemm.m = g.integer("m", 1, kMaxDim);
-  gemm.n = g.integer("n", 1, kMaxDim);
-  gemm.k = g.integer("k", 1, kMaxDim);
-  auto operand = [&](const std::string& key, int64_t rows, int64_t cols) {
-    const Reader o(g.field(key), path + "/gemm/" + key, file);
-    GemmOperand op;
-    op.buffer = ref(o.field("buffer"), key, false);
-    op.type = o.dtype("type");
-    op.scale_inv = ref(o.field("scale_inv"), key, false);
-    op.scale_mode = o.str("scale_mode");
-    op.transposed = o.optional_boolean("transposed");
-    TEC_USER_CHECK(!op.transposed || !is_float8(op.type), r.ctx(key)) << "FP8 GEMM operands cannot be transposed on sm_90 (TN only)";
-    TEC_USER_CHECK(op.scale_mode == "none" || op.scale_mode == "tensor" || op.scale_mode == "vec128" ||
-                       op.scale_mode == "blk128x128",
-                   r.ctx(key))
-        << "unknown scale mode '" << op.scale_mode << "'";
-    TEC_USER_CHECK(op.buffer >= 0 && bytes_of(op.buffer) >= checked_mul(checked_mul(rows, cols), storage_bytes(op.type)),
-                   r.ctx(key))
-        << "GEMM operand " << key << " needs " << rows << "x" << cols << " " << to_string(op.type) << " in its buffer";
-    TEC_USER_CHECK((op.scale_mode == "none") == (op.scale_inv < 0), r.ctx(key)) << "scale_inv and scale_mode disagree";
-    if (op.scale_mode == "tensor") TEC_USER_CHECK(bytes_of(op.scale_inv) >= 4, r.ctx(key)) << "scale_inv too small";
-    if (op.scale_mode == "vec128")
-      TEC_USER_CHECK(bytes_of(op.scale_inv) >= checked_mul(ceil_div(cols, 128), round_up(rows, 4)) * 4, r.ctx(key))
-          << "1x128 scales too small";
-    if (op.scale_mode == "blk128x128")
-      TEC_USER_CHECK(bytes_of(op.scale_inv) >= checked_mul(ceil_div(rows, 128), round_up(ceil_div(cols, 128), 4)) * 4, r.ctx(key))
-          << "128x128 scales too small";
-    return op;
-  };
-  // A row block of a split GEMM (tensor-parallel overlap): x, C and D start that many rows in,
-  // whichever rank runs it; the buffers must hold the furthest block.
-  auto row_offset = [&](const std::string& key) {
-    RowOffset o;
-    if (!g.contains(key)) return o;
-    const Reader rows(g.field(key), path + "/gemm/" + key, file);
-    o.fixed = rows.integer("fixed", 0, kMaxDim);
-    o.per_rank = rows.integer("per_rank", 0, kMaxDim);
-    o.shift = static_cast<int>(rows.integer("shift", 0, tp_size - 1));
-    return o;
-  };
-  gemm.x_rows = row_offset("x_rows");
-  gemm.d_rows = row_offset("d_rows");
-  const int64_t x_rows = checked_add(gemm.m, gemm.x_rows.most_rows(tp_size));
-  const int64_t d_rows = checked_add(gemm.m, gemm.d_rows.most_rows(tp_size));
-  gemm.a = operand("a", gemm.n, gemm.k);
-  gemm.b = operand("b", x_rows, gemm.k);
-  if (x_rows != gemm.m)
-    TEC_USER_CHECK(!gemm.b.transposed && (gemm.b.scale_mode == "none" || gemm.b.scale_mode == "tensor"), r.ctx("x_rows"))
-        << "only an untransposed x with one scale per tensor can start at a row offset";
-  gemm.bias = ref(g.field("bias"), "bias", false);
-  gemm.bias_type = g.dtype("bias_type");
-  if (gemm.bias >= 0)
-    TEC_USER_CHECK(bytes_of(gemm.bias) >= gemm.n * storage_bytes(gemm.bias_type), r.ctx("bias")) << "bias too small";
-  gemm.epilogue = g.str("epilogue");
-  TEC_USER_CHECK(gemm.epilogue == "default" || gemm.epilogue == "bias" || gemm.epilogue == "gelu" ||
-                     gemm.epilogue == "gelu_bias" || gemm.epilogue == "relu" || gemm.epilogue == "relu_bias",
-                 r.ctx("epilogue"))
-      << "unknown epilogue '" << gemm.epilogue << "'";
-  TEC_USER_CHECK((gemm.bias >= 0) == (gemm.epilogue.find("bias") != std::string::npos), r.ctx("bias"))
-      << "the epilogue and the bias disagree";
-  const Reader d(g.field("d"), path + "/gemm/d", file);
-  gemm.d = ref(d.field("buffer"), "d", true);
-  gemm.d_type = d.dtype("type");
-  gemm.d_scale = ref(d.field("scale"), "d", false);
-  gemm.amax_d = ref(d.field("amax"), "d", true);
-  TEC_USER_CHECK(gemm.d >= 0 && bytes_of(gemm.d) >= checked_mul(checked_mul(d_rows, gemm.n), storage_bytes(gemm.d_type)),
-                 r.ctx("d"))
-      << "GEMM output needs " << d_rows << "x" << gemm.n << " " << to_string(gemm.d_type);
-  if (d_rows != gemm.m)
-    TEC_USER_CHECK(!is_float8(gemm.d_type) && gemm.amax_d < 0, r.ctx("d_rows")) << "an FP8 output (its amax is D's) cannot start at a row offset";
-  if (gemm.d_scale >= 0) TEC_USER_CHECK(bytes_of(gemm.d_scale) >= 4, r.ctx("d")) << "D scale too small";
-  if (gemm.amax_d >= 0) TEC_USER_CHECK(bytes_of(gemm.amax_d) >= 4, r.ctx("d")) << "amax too small";
-  TEC_USER_CHECK(g.field("fast_accum").is_boolean(), r.ctx("fast_accum")) << "expected a boolean";
-  gemm.fast_accum = g.field("fast_accum").get<bool>();
-  const json& algo = g.field("algo");
-  if (!algo.is_string() || algo.get<std::string>() != "heuristic") {
-    const Reader a(algo, path + "/gemm/algo", file);
-    gemm.algo_source = "tuned";
-    const std::string hex = a.str("tuned");
-    TEC_USER_CHECK(hex.size() == 128 && hex.find_first_not_of("0123456789abcdef") == std::string::npos, a.ctx("tuned"))
-        << "a tuned algorithm is 64 bytes as 128 lowercase hex digits";
-    for (size_t i = 0; i < 64; ++i) gemm.algo.push_back(static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16)));
-    gemm.algo_cublaslt = a.str("cublaslt");
-    gemm.algo_gpu = a.str("gpu");
-  }
-  gemm.c = ref(g.field("c"), "c", false);
-  if (gemm.c >= 0)
-    TEC_USER_CHECK(bytes_of(gemm.c) >= checked_mul(checked_mul(d_rows, gemm.n), 2), r.ctx("c")) << "C too small";
+  l.gemm = parse_gemm(r, path, file, refs, tp_size);
   return l;
 }
 

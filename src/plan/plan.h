@@ -91,6 +91,7 @@ struct Gemm {
   int d_scale = -1, amax_d = -1;
   bool fast_accum = false;  // FP8 fast accumulation (TE's forward default for per-tensor scaling)
   RowOffset x_rows, d_rows;  // where B = x, and C and D, start: a row block of a split GEMM
+  int64_t batch = 1, batch_stride_a = 0, batch_stride_b = 0;  // a strided batch (codegen::GemmLaunch)
   // "heuristic": ask cuBLASLt at load time; "tuned": te-compile --tune's timed winner, valid
   // for that cuBLASLt version and GPU (else the runtime warns and falls back).
   std::string algo_source = "heuristic";

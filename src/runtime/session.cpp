@@ -19,6 +19,7 @@
 #include "core/hash.h"
 #include "mid_m_layout.h"
 #include "runtime/attention.h"
+#include "runtime/gemm.h"
 #include "status.h"
 #include "small_m_layout.h"
 
@@ -72,11 +73,7 @@ void refuse_if_lost(int device) {
 }
 
 void check(cudaError_t e, const char* call, const std::string& step) { check_cuda(e, call, step); }
-void check(cublasStatus_t s, const char* call, const std::string& step) {
-  if (s != CUBLAS_STATUS_SUCCESS)
-    throw Error(ErrorKind::device, ctx(step), std::string(call) + " failed: " + cublasLtGetStatusName(s) + " (" +
-                                                  cublasLtGetStatusString(s) + ")");
-}
+void check(cublasStatus_t s, const char* call, const std::string& step) { check_cublas(s, call, step); }
 #define TEC_CUDA(call, step) check((call), #call, (step))
 
 // Fault injection (fail_device_acquisition_at): counts every acquisition.
@@ -109,31 +106,6 @@ void* device_alloc(size_t bytes, const char* what) {
   check_cuda(e, "cudaMalloc", what);
   return nullptr;  // not reached: check_cuda throws
 }
-
-cudaDataType_t cuda_type(DType d) {
-  switch (d) {
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::fp16: return CUDA_R_16F;
-    case DType::fp32: return CUDA_R_32F;
-    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;
-    case DType::fp8_e5m2: return CUDA_R_8F_E5M2;
-    default: break;
-  }
-  throw Error(ErrorKind::unsupported, ctx(""), "no cuBLASLt type for " + std::string(to_string(d)));
-}
-
-bool is_fp8(DType d) { return d == DType::fp8_e4m3 || d == DType::fp8_e5m2; }
-
-cublasLtEpilogue_t epilogue_of(const std::string& e) {
-  if (e == "bias") return CUBLASLT_EPILOGUE_BIAS;
-  if (e == "gelu") return CUBLASLT_EPILOGUE_GELU;
-  if (e == "gelu_bias") return CUBLASLT_EPILOGUE_GELU_BIAS;
-  if (e == "relu") return CUBLASLT_EPILOGUE_RELU;
-  if (e == "relu_bias") return CUBLASLT_EPILOGUE_RELU_BIAS;
-  return CUBLASLT_EPILOGUE_DEFAULT;
-}
-
-constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
 // The kernel-argument struct of kernels/row.cu (TecArgs) and of the delayed-scaling table.
 struct KernelSlots {
@@ -623,9 +595,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
       set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof bias_type);
     }
     // Row-major y[m, n] = x[m, k] w[n, k]^T is column-major y^T[n, m] = w^T . x: A = w, B = x.
-    // An FP8 D still has a C type, which decides the bias type: fp16 with an fp16 bias, else bf16.
-    const cudaDataType_t c_type =
-        is_fp8(g.d_type) ? (g.bias >= 0 && g.bias_type == DType::fp16 ? CUDA_R_16F : CUDA_R_16BF) : cuda_type(g.d_type);
+    const cudaDataType_t c_type = c_type_of(g);
     const auto rows_m = static_cast<uint64_t>(g.m), cols_n = static_cast<uint64_t>(g.n), inner_k = static_cast<uint64_t>(g.k);
     TEC_ACQUIRE(g.a.transposed ? cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), cols_n, inner_k, g.n)
                                : cublasLtMatrixLayoutCreate(&st.a, cuda_type(g.a.type), inner_k, cols_n, g.k),
@@ -635,6 +605,7 @@ Session::Session(std::shared_ptr<const plan::Plan> plan, const plan::Profile& pr
                 where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.c, c_type, static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
     TEC_ACQUIRE(cublasLtMatrixLayoutCreate(&st.d, cuda_type(g.d_type), static_cast<uint64_t>(g.n), static_cast<uint64_t>(g.m), g.n), where);
+    if (g.batch > 1) set_strided_batch(g, {st.a, st.b, st.c, st.d}, where);  // (Plan::load checked the buffers hold it)
     st.beta = g.c >= 0 ? 1.0f : 0.0f;
     st.x_offset = static_cast<size_t>(g.x_rows.rows(group_.rank, plan_->tp_size) * g.k * storage_bytes(g.b.type));
     st.d_offset = static_cast<size_t>(g.d_rows.rows(group_.rank, plan_->tp_size) * g.n * storage_bytes(g.d_type));
@@ -781,11 +752,6 @@ bool Session::launches_early(const std::vector<size_t>& run, size_t position, bo
   const plan::Launch& before = profile_.launches[run[position - 1]];
   return impl_->early_launch && l.kind == "kernel" && l.early_launch && before.kind == "kernel" && before.early_launch &&
          (!step_hooks || before.step == l.step);
-}
-
-std::string cublaslt_version() {
-  const size_t v = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-  return std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
 std::vector<Session::TunedGemm> Session::tune_gemms(int candidates, int iterations) {

@@ -63,6 +63,13 @@ struct ModelBuilder {
     n->add_output(out);
     return n;
   }
+  void constant_ints(const std::string& name, const std::vector<int64_t>& values) {  // a 1-D INT64 initializer
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(::onnx::TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(values.size()));
+    for (int64_t v : values) t->add_int64_data(v);
+  }
   static void attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
     auto* a = n->add_attribute();
     a->set_name(name);
@@ -783,16 +790,26 @@ TEST_CASE("Hugging Face's rotary embedding spelled with Slice/Neg/Concat becomes
 
 namespace tec {
 
-TEST_CASE("a MatMul of two run-time operands runs on the GPU through the general matmul kernel") {
-  ModelBuilder b;  // x @ x^T
-  b.input("x", {8, 16});
-  b.output("y", {8, 8});
-  b.node("Transpose", {"x"}, "xt", "turn");
-  b.node("MatMul", {"x", "xt"}, "y", "self_product");
-  const CompileResult r = compile_model(b.save("runtime_matmul.onnx"), RecipeKind::bf16, "lower");
-  const auto& gpu = r.profiles.at(0).gpu;
-  CHECK(gpu.supported);
-  CHECK(std::count_if(gpu.launches.begin(), gpu.launches.end(), [](const auto& l) { return l.entry == "tec_general_matmul"; }) == 1);
+TEST_CASE("a MatMul of two run-time operands runs on the GPU: cuBLASLt where its rows are 16-byte aligned, else the general kernel") {
+  for (const int64_t n : {8, 5}) {
+    CAPTURE(n);
+    ModelBuilder b;  // x @ x[:n]^T
+    b.input("x", {8, 16});
+    b.output("y", {8, n});
+    b.constant_ints("starts", {0});
+    b.constant_ints("ends", {n});
+    b.node("Slice", {"x", "starts", "ends"}, "rows", "first_rows");
+    b.node("Transpose", {"rows"}, "xt", "turn");
+    b.node("MatMul", {"x", "xt"}, "y", "self_product");
+    const CompileResult r = compile_model(b.save("runtime_matmul.onnx"), RecipeKind::bf16, "lower");
+    const auto& gpu = r.profiles.at(0).gpu;
+    CHECK(gpu.supported);
+    const auto kernels = std::count_if(gpu.launches.begin(), gpu.launches.end(), [](const auto& l) { return l.entry == "tec_general_matmul"; });
+    const auto gemms = std::count_if(gpu.launches.begin(), gpu.launches.end(), [](const auto& l) { return l.kind == codegen::Launch::Kind::gemm; });
+    // fp32 rows of 16 floats and n floats: cuBLASLt takes n = 8 (32 bytes), not n = 5 (20 bytes).
+    CHECK(kernels == (n == 8 ? 0 : 1));
+    CHECK(gemms == (n == 8 ? 1 : 0));
+  }
 }
 
 }  // namespace tec

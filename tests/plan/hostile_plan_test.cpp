@@ -357,6 +357,11 @@ TEST_CASE("GPU launches with bad buffer references, modules, sizes or kinds are 
             .find("FP8 GEMM operands cannot be transposed") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["b"]["transposed"] = "yes"; })
             .find("expected a boolean, got \"yes\"") != std::string::npos);
+  // A strided batch (a general matmul's): every matrix inside its buffer, a count cuBLASLt takes.
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["batch"] = {{"count", 2}, {"stride_a", int64_t{1} << 30}, {"stride_b", 1}}; })
+            .find("GEMM operand a needs 2 matrices 1073741824 elements apart in its buffer") != std::string::npos);
+  CHECK(manifest_error([&](auto& m) { launch(m, "gemm")["gemm"]["batch"] = {{"count", int64_t{1} << 31}, {"stride_a", 1}, {"stride_b", 1}}; })
+            .find("expected an integer in [2, 2147483647], got 2147483648") != std::string::npos);
   CHECK(manifest_error([&](auto& m) { launch(m, "kernel")["args"] = std::vector<std::nullptr_t>(65, nullptr); })
             .find("at most 64 kernel argument slots") != std::string::npos);
 }

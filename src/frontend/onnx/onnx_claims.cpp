@@ -15,7 +15,8 @@ constexpr const char* kComparisonClaim =
 
 const std::vector<OnnxOpClaim> kClaims = {
     {"MatMul", 13, 2, 2, {}, "float tensors; a constant 2-D B becomes a TE linear, two run-time operands a general matmul (batch "
-                     "broadcasting; fp32 accumulation on CUDA cores, the general path), or part of attention's spelling"},
+                     "broadcasting, fp32 accumulation: cuBLASLt GEMMs, strided-batched, where rows are 16-byte aligned, else "
+                     "tec's general kernel), or part of attention's spelling"},
     {"Gemm", 13, 2, 3, {}, "float tensors; constant B with transA=0 becomes a linear (alpha and beta folded into the constants); "
                      "other forms run as transpose/matmul/scale/add (the general path)"},
     {"Add", 13, 2, 2, {}, "float tensors; equal shapes become the residual add, a constant over the last dim a bias, other "
