@@ -35,11 +35,11 @@ Schedule fusion(const Graph& g, const FusionOptions& options) {
   auto start_step = [&](NodeId n) {
     Step step;
     step.name = g.node(n).name;
-    // A GEMM step's outputs match the reference within the recipe's bound, not bit for bit.
+    // A GEMM step's outputs match the reference within the recipe's bound, not bit for bit. (A
+    // general matmul may become one when it lowers to cuBLASLt: codegen/general.h.)
     const Node& node = g.node(n);
-    step.kind = node.op == "linear" || node.op == "grouped_linear" ? StepKind::gemm
-                : builtin_ops().get(node.op).collective ? StepKind::collective
-                                                        : StepKind::kernel;
+    const OpDef& def = builtin_ops().get(node.op);
+    step.kind = def.gemm_operands ? StepKind::gemm : def.collective ? StepKind::collective : StepKind::kernel;
     step.phase = node.phase;
     step.nodes.push_back(n);
     const Value& out = g.value(node.outputs[0]);
