@@ -9,7 +9,8 @@
 //   6..11: dims; 12..17, 18..23, 24..29: the strides of inputs 0, 1, 2 along them (copy:
 //   the input's, then the output's); 30, 31: copy's input and output offsets;
 //   32, 33: softmax's n and inner; 34: reduce's reduced rank, 35..40 its reduced dims,
-//   41..46 their strides, 47 the reduced count; 48, 49, 50: matmul's m, n, k.
+//   41..46 their strides, 47 the reduced count; 48, 49, 50: matmul's m, n, k (gather and
+//   scatter_add: 48 m, 49 n, 33 inner).
 #include "common.cuh"
 #include "tec_math.h"
 #include "block_sum.cuh"
@@ -93,7 +94,12 @@ extern "C" __global__ void __launch_bounds__(TEC_GENERAL_THREADS) tec_general_co
   const int rank = (int)args.slot[5];
   const i64 in_offset = (i64)args.slot[30], out_offset = (i64)args.slot[31];
   for (i64 e = (i64)blockIdx.x * TEC_GENERAL_THREADS + threadIdx.x; e < count; e += (i64)gridDim.x * TEC_GENERAL_THREADS) {
+#if defined(TEC_COPY_ZEROS)
+    const float v = 0.0f;  // (a zero fill reads nothing: slot 0 is unset)
+    (void)in_offset;
+#else
     const float v = tec_general_load<TEC_A_DTYPE>((const void*)args.slot[0], in_offset + tec_general_offset(args, e, rank, 6, 12));
+#endif
     tec_general_store<TEC_OUT_DTYPE>((void*)args.slot[3], out_offset + tec_general_offset(args, e, rank, 6, 18), v);
   }
   tec_allow_next_kernel();
@@ -177,6 +183,53 @@ extern "C" __global__ void __launch_bounds__(TEC_GENERAL_THREADS) tec_general_ga
     if (!inside) atomicOr((int*)args.slot[2], TEC_STATUS_BAD_INDEX);
     const float v = inside ? tec_general_load<TEC_A_DTYPE>((const void*)args.slot[0], (o * block + flat) * inner + i) : 0.0f;
     tec_general_store<TEC_OUT_DTYPE>((void*)args.slot[3], e, v);
+  }
+  tec_allow_next_kernel();
+}
+#endif
+
+#if defined(TEC_SCATTER_ADD)
+// gather's gradient: a block per output row (o, d) of [m, D_1 .. D_k, inner] (slot 4: their
+// count), its threads over inner. The block tests 256 index tuples at a time (slot 1, [n, k]),
+// each thread one, and every thread adds the picked rows of g (slot 0, [m, n, inner]) in the
+// order of j, as the reference does; a tuple out of range picks nothing.
+extern "C" __global__ void __launch_bounds__(TEC_GENERAL_THREADS) tec_general_scatter_add(TecGeneralArgs args) {
+  __shared__ unsigned picks[TEC_GENERAL_THREADS / 32];
+  tec_wait_for_previous_kernel();
+  const i64 rows = (i64)args.slot[4], n = (i64)args.slot[49], inner = (i64)args.slot[33];
+  const int k = (int)args.slot[5];
+  i64 block = 1;  // D_1 x .. x D_k
+  for (int t = 0; t < k; ++t) block *= (i64)args.slot[6 + t];
+  const int* indices = (const int*)args.slot[1];
+  for (i64 row = blockIdx.x; row < rows; row += gridDim.x) {
+    const i64 o = row / block, d = row % block;
+    for (i64 i0 = 0; i0 < inner; i0 += TEC_GENERAL_THREADS) {
+      const i64 i = i0 + threadIdx.x;
+      float acc = 0.0f;
+      for (i64 j0 = 0; j0 < n; j0 += TEC_GENERAL_THREADS) {
+        const i64 j = j0 + threadIdx.x;
+        bool pick = j < n;
+        i64 flat = 0;
+        for (int t = 0; pick && t < k; ++t) {
+          const i64 extent = (i64)args.slot[6 + t];
+          i64 index = (i64)indices[j * k + t];
+          if (index < 0) index += extent;
+          pick = index >= 0 && index < extent;
+          flat = flat * extent + index;
+        }
+        const unsigned ballot = __ballot_sync(0xFFFFFFFFu, pick && flat == d);
+        __syncthreads();  // (the previous tuples' picks are read)
+        if ((threadIdx.x & 31) == 0) picks[threadIdx.x / 32] = ballot;
+        __syncthreads();
+        if (i < inner)
+          for (int w = 0; w < TEC_GENERAL_THREADS / 32; ++w)
+            for (unsigned bits = picks[w]; bits != 0; bits &= bits - 1) {
+              const i64 picked = j0 + w * 32 + (__ffs(bits) - 1);
+              acc = acc + tec_general_load<TEC_A_DTYPE>((const void*)args.slot[0], (o * n + picked) * inner + i);
+            }
+      }
+      if (i < inner) tec_general_store<TEC_OUT_DTYPE>((void*)args.slot[3], row * inner + i, acc);
+    }
   }
   tec_allow_next_kernel();
 }

@@ -267,12 +267,57 @@ TEC_HD float tec_apply_compare(int fn, float a, float b) {
 #define TEC_MAP_COMPARE 32
 #define TEC_MAP_WHERE 48
 #define TEC_MAP_CONVERT 49  // the value itself: the output's dtype converts it (convert)
+#define TEC_MAP_GRAD 64      // + TEC_GRAD_*: a gradient's elementwise step (gradient_map)
+
+// The elementwise steps of the general ops' gradients (`gradient_map`: src/ops/gradient.cpp),
+// each named with the operands it reads: dy the output's gradient, x the forward input, y the
+// forward output.
+#define TEC_GRAD_SIGMOID 0        // (dy, y): dy y (1 - y)
+#define TEC_GRAD_TANH 1           // (dy, y): dy (1 - y^2)
+#define TEC_GRAD_ERF 2            // (dy, x): dy 2/sqrt(pi) exp(-x^2)
+#define TEC_GRAD_SQRT 3           // (dy, y): dy 0.5 / y
+#define TEC_GRAD_RECIPROCAL 4     // (dy, y): -dy y^2
+#define TEC_GRAD_EXP 5            // (dy, y): dy y
+#define TEC_GRAD_LOG 6            // (dy, x): dy / x
+#define TEC_GRAD_ABS 7            // (dy, x): dy sign(x), 0 at 0
+#define TEC_GRAD_COS 8            // (dy, x): -dy sin(x)
+#define TEC_GRAD_SIN 9            // (dy, x): dy cos(x)
+#define TEC_GRAD_DIV_DIVISOR 10   // (dy, y, b) of y = a / b: -dy y / b
+#define TEC_GRAD_POW_BASE 11      // (dy, a, b) of y = a^b: dy b a^(b - 1)
+#define TEC_GRAD_POW_EXPONENT 12  // (dy, y, a) of y = a^b: dy y log(a)
+#define TEC_GRAD_SOFTMAX 13       // (dy, y, s), s = sum of dy y along the axis: y (dy - s)
+#define TEC_GRAD_WHERE_TRUE 14    // (cond, dy): dy where cond holds, else 0
+#define TEC_GRAD_WHERE_FALSE 15   // (cond, dy): 0 where cond holds, else dy
+#define TEC_GRAD_MAX 16           // (dy, x, y) of y = max: dy where x is the maximum, else 0
+
+TEC_HD float tec_apply_grad(int fn, float a, float b, float c) {
+  switch (fn) {
+    case TEC_GRAD_SIGMOID: return a * b * (1.0f - b);
+    case TEC_GRAD_TANH: return a * (1.0f - b * b);
+    case TEC_GRAD_ERF: return a * 1.1283791671f * tec_exp(-(b * b));
+    case TEC_GRAD_SQRT: return a * 0.5f / b;
+    case TEC_GRAD_RECIPROCAL: return -a * b * b;
+    case TEC_GRAD_EXP: return a * b;
+    case TEC_GRAD_LOG: return a / b;
+    case TEC_GRAD_ABS: return b > 0.0f ? a : b < 0.0f ? -a : 0.0f;
+    case TEC_GRAD_COS: return -a * tec_cos_or_sin(b, true);
+    case TEC_GRAD_SIN: return a * tec_cos_or_sin(b, false);
+    case TEC_GRAD_DIV_DIVISOR: return -a * b / c;
+    case TEC_GRAD_POW_BASE: return a * c * tec_pow(b, c - 1.0f);
+    case TEC_GRAD_POW_EXPONENT: return a * b * tec_log(c);
+    case TEC_GRAD_SOFTMAX: return b * (a - c);
+    case TEC_GRAD_WHERE_TRUE: return a != 0.0f ? b : 0.0f;
+    case TEC_GRAD_WHERE_FALSE: return a != 0.0f ? 0.0f : b;
+    default: return b == c ? a : 0.0f;
+  }
+}
 
 TEC_HD float tec_apply_map(int code, float a, float b, float c) {
   if (code < TEC_MAP_BINARY) return tec_apply_unary(code - TEC_MAP_UNARY, a);
   if (code < TEC_MAP_COMPARE) return tec_apply_binary(code - TEC_MAP_BINARY, a, b);
   if (code < TEC_MAP_WHERE) return tec_apply_compare(code - TEC_MAP_COMPARE, a, b);
   if (code == TEC_MAP_WHERE) return a != 0.0f ? b : c;
+  if (code >= TEC_MAP_GRAD) return tec_apply_grad(code - TEC_MAP_GRAD, a, b, c);
   return a;
 }
 

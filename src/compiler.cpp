@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <regex>
 #include <set>
 
 #include "core/file_io.h"
@@ -57,6 +58,26 @@ class PassRunner {
   const ProgressCallback& progress_;
   int step_ = 0;
 };
+
+// --freeze: the weights each expression names (whole names) keep their values in train mode;
+// an expression that names no weight is a usage error, as a misspelt flag would be.
+void freeze_weights(std::vector<CompiledProfile>& profiles, const std::vector<std::string>& expressions) {
+  for (const std::string& text : expressions) {
+    std::regex expression;
+    try {
+      expression = std::regex(text, std::regex::ECMAScript);
+    } catch (const std::regex_error& e) {
+      throw Error(ErrorKind::usage, ErrorContext{"frontend", "", "", "--freeze"}, "--freeze '" + text + "' is no regular expression: " + e.what());
+    }
+    size_t frozen = 0;
+    for (CompiledProfile& p : profiles)
+      for (Value& v : p.graph.values)
+        if (v.kind == ValueKind::weight && std::regex_match(v.name, expression)) v.frozen = true, ++frozen;
+    if (frozen == 0)
+      throw Error(ErrorKind::usage, ErrorContext{"frontend", "", "", "--freeze"},
+                  "--freeze '" + text + "' names no weight of the model (te-compile --dump-after frontend lists them)");
+  }
+}
 
 // Every profile shares one constants blob: a weight's shape may not depend on a dim whose
 // profile list has several sizes (issue 51: --profiles F=256,512 ended in an internal error).
@@ -130,6 +151,7 @@ CompileResult compile(const CompileOptions& options, const ProgressCallback& pro
     }
     for (Graph& g : graphs) result.profiles.push_back({std::move(g), {}, {}});
     check_weights_agree(result.profiles);
+    freeze_weights(result.profiles, options.frontend.frozen);
   });
   if (stop_after("frontend")) return result;
   run.graph_pass("tensor_parallel", tensor_parallel);

@@ -10,11 +10,13 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "compiler.h"
+#include "fp64_general.h"
 #include "fp64_model.h"
 #include "reference/executor.h"
 #include "tec_math.h"
@@ -31,8 +33,16 @@ inline double gelu_erf(double v) { return 0.5 * v * (1 + std::erf(v / std::sqrt(
 
 // The fp64 forward of a graph's nodes (the ops this test covers), from its inputs and weights.
 inline Tensors forward_fp64(const Graph& g, Tensors values) {
+  const std::set<std::string> general = {"binary", "unary",  "compare", "where",  "convert", "cast",   "expand",   "matmul",
+                                         "reduce", "transpose", "softmax", "slice", "concat", "gather", "embedding", "gather_nd"};
   for (const Node& n : g.nodes) {
     auto in = [&](size_t i) -> const std::vector<double>& { return values.at(g.value(n.inputs.at(i)).name); };
+    if (general.count(n.op)) {
+      std::vector<const std::vector<double>*> inputs;
+      for (size_t i = 0; i < n.inputs.size(); ++i) inputs.push_back(&in(i));
+      values[g.value(n.outputs[0]).name] = general_forward_fp64(g, n, inputs);
+      continue;
+    }
     const Shape& shape = g.value(n.inputs[0]).proto.shape;
     const int64_t rows = shape.rows(), k = shape.cols();
     std::vector<double> y;
@@ -129,6 +139,12 @@ inline Tensors forward_fp64(const Graph& g, Tensors values) {
               for (int64_t d = 0; d < v_dim; ++d)
                 y[at(b, i, h, seq, heads, v_dim) + static_cast<size_t>(d)] += p[static_cast<size_t>(j)] / total * v[at(b, j, kvh, kv_seq, kv_heads, v_dim) + static_cast<size_t>(d)];
           }
+    } else if (n.op == "sequence_lengths") {  // each row's leading ones (right padding)
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t length = 0;
+        while (length < k && in(0)[static_cast<size_t>(r * k + length)] != 0) ++length;
+        y.push_back(static_cast<double>(length));
+      }
     } else if (n.op == "identity" || n.op == "reshape" || n.op == "quantize" || n.op == "dequantize") {
       y = in(0);  // straight through: the fp64 model does not quantize
     } else if (n.op == "moe_router") {
@@ -210,26 +226,32 @@ inline Tensors forward_fp64(const Graph& g, Tensors values) {
 // fp64 model.
 inline Graph forward_graph(const std::string& path, int64_t tokens) {
   FrontendOptions o;
+  o.mode = Mode::train;  // (requires_grad says which values the step gives a gradient)
   o.dim_overrides["T"] = {tokens};
   o.recipe = RecipeKind::bf16;
   return meta(load_json_graphs(path, o).at(0));
 }
 
 struct GradientCheck {
-  std::string name;  // the tensor whose gradient is checked
-  double error;      // ||g - g_ref|| / ||g_ref|| over the sampled entries
+  std::string name;   // the tensor whose gradient is checked
+  double error;       // ||g - g_ref|| / ||g_ref|| over the sampled entries
+  double rms_error = 0;  // sqrt(mean (g - g_ref)^2): where g_ref is 0 (attention's key bias), the bound
 };
 
 // After a training step: dx and the growth of every weight's main_grad over the step
 // (`before`: the main_grads before it; none: zero) against central differences of the fp64
-// forward of the loss <dy, y>, at up to `samples` entries of each.
-inline std::vector<GradientCheck> gradient_checks(const std::string& path, int64_t tokens, int samples, const Read& read,
-                                                  const Tensors& before = {}) {
-  const Graph g = forward_graph(path, tokens);
+// forward of the loss <dy, y> over `g` (the frontend's graph after meta, in train mode), at up
+// to `samples` entries of each. Weights that take no gradient (ONNX constants, frozen) enter
+// with their values from the model.
+inline std::vector<GradientCheck> gradient_checks(const Graph& g, int samples, const Read& read, const Tensors& before = {}) {
   Tensors values;
   for (const Value& v : g.values) {
     if (v.kind == ValueKind::input) values[v.name] = as_double(read(v.name));
-    if (v.kind == ValueKind::weight) values[v.name] = as_double(read(v.name + ".master"));
+    if (v.kind != ValueKind::weight) continue;
+    if (!v.proto.requires_grad && v.weight && v.weight->values)
+      values[v.name] = std::vector<double>(v.weight->values->begin(), v.weight->values->end());
+    else
+      values[v.name] = as_double(read(v.name + ".master"));
   }
   Tensors dys;
   for (ValueId out : g.outputs) dys[g.value(out).name] = as_double(read("d" + g.value(out).name));
@@ -243,7 +265,7 @@ inline std::vector<GradientCheck> gradient_checks(const std::string& path, int64
   std::vector<GradientCheck> checks;
   for (const Value& v : g.values) {
     if (v.kind != ValueKind::input && v.kind != ValueKind::weight) continue;
-    if (v.proto.dtype == DType::int32) continue;  // routing, masks: integers have no gradient
+    if (!v.proto.requires_grad) continue;  // routing, masks, token ids, frozen constants
     std::vector<double> got;
     if (v.kind == ValueKind::input) {
       got = as_double(read("d" + v.name));
@@ -264,9 +286,14 @@ inline std::vector<GradientCheck> gradient_checks(const std::string& path, int64
       diff += (got[i] - want) * (got[i] - want);
       norm += want * want;
     }
-    checks.push_back({v.name, std::sqrt(diff / std::max(norm, 1e-300))});
+    checks.push_back({v.name, std::sqrt(diff / std::max(norm, 1e-300)), std::sqrt(diff / static_cast<double>(std::max<size_t>(count, 1)))});
   }
   return checks;
+}
+
+inline std::vector<GradientCheck> gradient_checks(const std::string& path, int64_t tokens, int samples, const Read& read,
+                                                  const Tensors& before = {}) {
+  return gradient_checks(forward_graph(path, tokens), samples, read, before);
 }
 
 

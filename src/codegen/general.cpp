@@ -37,6 +37,28 @@ int64_t product(const std::vector<int64_t>& dims) {
 
 int64_t blocks_for(int64_t work, int64_t per_block) { return std::clamp<int64_t>((work + per_block - 1) / per_block, 1, kMaxGridBlocks); }
 
+// gather (a thread per output element) and scatter_add (a block per output row: it walks
+// gather's plan backwards) read the same slots.
+template <typename MakeLaunch>
+Launch gather_launch(const GeneralPlan& plan, const std::vector<GeneralOperand>& inputs, const GeneralOperand& out,
+                     const std::vector<std::string>& dtype_defines, MakeLaunch&& launch) {
+  const bool gather = plan.kernel == GeneralKernel::gather;
+  Slots s;
+  s.buffer(0, inputs.at(0).buffer);
+  s.buffer(1, inputs.at(1).buffer);
+  if (gather) s.args[2] = {LaunchArg::Kind::status, "", TEC_STATUS_BAD_INDEX};
+  s.buffer(3, out.buffer);
+  const int64_t work = gather ? plan.m * plan.n * plan.inner : plan.m * product(plan.dims);
+  s.value(4, work);
+  s.value(5, plan.k);
+  s.values(6, plan.dims);
+  s.value(33, plan.inner);
+  s.values(48, {plan.m, plan.n});
+  std::vector<std::string> defines = {dtype_defines[0], dtype_defines.back(), gather ? "TEC_GATHER=1" : "TEC_SCATTER_ADD=1"};
+  return launch(defines, gather ? "tec_general_gather" : "tec_general_scatter_add",
+                std::array<int64_t, 3>{gather ? blocks_for(work, kThreads) : std::min(work, kMaxGridBlocks), 1, 1}, kThreads, s);
+}
+
 }  // namespace
 
 std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<GeneralOperand>& inputs, const GeneralOperand& out,
@@ -86,13 +108,14 @@ std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<
     }
     case GeneralKernel::copies:
       for (const StridedCopy& c : plan.copies) {
-        const GeneralOperand& in = inputs.at(static_cast<size_t>(c.input));
+        const bool zeros = c.input == kZeroFill;
+        const GeneralOperand& in = zeros ? out : inputs.at(static_cast<size_t>(c.input));
         if (general_dtype_code(in.dtype) < 0) {
           why_not = "input '" + in.buffer + "' is " + std::string(to_string(in.dtype)) + "; the general kernels take bf16, fp16, fp32, int32 and uint8";
           return {};
         }
         Slots s;
-        s.buffer(0, in.buffer);
+        if (!zeros) s.buffer(0, in.buffer);
         s.buffer(3, out.buffer);
         const int64_t count = product(c.dims);
         s.value(4, count);
@@ -102,7 +125,9 @@ std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<
         s.values(18, c.out_strides);
         s.value(30, c.in_offset);
         s.value(31, c.out_offset);
-        launches.push_back(launch({"TEC_COPY=1", "TEC_A_DTYPE=" + std::to_string(general_dtype_code(in.dtype)), dtype_defines.back()},
+        std::vector<std::string> defines = {"TEC_COPY=1", "TEC_A_DTYPE=" + std::to_string(general_dtype_code(in.dtype)), dtype_defines.back()};
+        if (zeros) defines.push_back("TEC_COPY_ZEROS=1");
+        launches.push_back(launch(std::move(defines),
                                   "tec_general_copy", {blocks_for(count, kThreads), 1, 1}, kThreads, s));
       }
       break;
@@ -136,22 +161,10 @@ std::vector<Launch> general_launches(const GeneralPlan& plan, const std::vector<
       launches.push_back(launch(defines, "tec_general_reduce", {std::min(outputs, kMaxGridBlocks), 1, 1}, kThreads, s));
       break;
     }
-    case GeneralKernel::gather: {
-      Slots s;
-      s.buffer(0, inputs.at(0).buffer);
-      s.buffer(1, inputs.at(1).buffer);
-      s.args[2] = {LaunchArg::Kind::status, "", TEC_STATUS_BAD_INDEX};
-      s.buffer(3, out.buffer);
-      const int64_t count = plan.m * plan.n * plan.inner;
-      s.value(4, count);
-      s.value(5, plan.k);
-      s.values(6, plan.dims);
-      s.value(33, plan.inner);
-      s.values(48, {plan.m, plan.n});
-      std::vector<std::string> defines = {dtype_defines[0], dtype_defines.back(), "TEC_GATHER=1"};
-      launches.push_back(launch(defines, "tec_general_gather", {blocks_for(count, kThreads), 1, 1}, kThreads, s));
+    case GeneralKernel::gather:
+    case GeneralKernel::scatter_add:
+      launches.push_back(gather_launch(plan, inputs, out, dtype_defines, launch));
       break;
-    }
     case GeneralKernel::matmul: {
       Slots s;
       s.buffer(0, inputs.at(0).buffer);

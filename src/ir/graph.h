@@ -82,6 +82,9 @@ struct Value {
   NodeId producer = -1;
   std::string source;  // e.g. "graph.json /inputs/0"
   std::optional<WeightSource> weight;
+  // A weight that train mode keeps as it is: no gradient, no master, no optimizer state (an
+  // ONNX model's one-element constants: eps, 0.5, a scale; te-compile --freeze).
+  bool frozen = false;
   // Set by apply_recipe: the quantizer a GEMM wants this value in. The producer writes the
   // value quantized (fusing the quantize), or the compiler pre-quantizes the weight.
   std::optional<Quantizer> quantizer;

@@ -75,6 +75,24 @@ struct BackwardResult {
   std::vector<BackwardInfo::GradRead> grad_reads;  // empty: each output gradient once, rowwise
 };
 
+// What an op's `gradient` builds its backward with, in autodiff: the forward node's values, and
+// nodes of other ops, each with its own reference and GPU kernel, so that such a backward needs
+// none of its own (the general path's ops: a gradient is a small graph of them).
+class GradientBuilder {
+ public:
+  virtual ~GradientBuilder() = default;
+  virtual const Attributes& attrs() const = 0;   // the forward node's attributes
+  virtual size_t input_count() const = 0;
+  virtual ValueId input(size_t slot) const = 0;  // the forward node's input
+  virtual ValueId output() const = 0;            // its output
+  virtual ValueId grad_output() const = 0;       // the gradient of its output
+  // (a copy: emit adds values, which moves the graph's)
+  virtual TensorProto proto(ValueId v) const = 0;
+  // Adds a backward node of `op` reading `inputs`, named after the forward node and `label`;
+  // returns its (first) output.
+  virtual ValueId emit(const std::string& op, std::vector<ValueId> inputs, Attributes attrs, const std::string& label) = 0;
+};
+
 // A tensor's values on the host, as float, in row-major order: what the CPU reference of
 // an op reads and writes. Quantized inputs arrive dequantized; outputs are rounded or
 // quantized by the executor when they are stored.
@@ -113,6 +131,10 @@ struct OpDef {
   // The fake backward: gradient protos, and which saved tensors it reads with which usage.
   // Empty for inference-only ops.
   std::function<BackwardResult(const BackwardContext&)> infer_backward;
+  // The backward as a graph of other ops (GradientBuilder): the gradient of each input slot,
+  // -1 where it has none; each in its input's shape and dtype. Optional; an op has this or
+  // infer_backward and backward_reference.
+  std::function<std::vector<ValueId>(GradientBuilder&)> gradient;
   // The CPU reference of the forward, in float (accumulating in fp32), used by the
   // reference executor. Inputs: activations, then params, as in the node.
   // In train plans it also returns, after the outputs, the saved tensors that are no alias

@@ -25,6 +25,7 @@ const OpRegistry& builtin_ops() {
     register_softmax_ops(r);
     register_compare_ops(r);
     register_view_ops(r);
+    register_gradient_ops(r);
     return r;
   }();
   return registry;

@@ -25,6 +25,7 @@ void register_collective_ops(OpRegistry& registry);
 void register_softmax_ops(OpRegistry& registry);
 void register_compare_ops(OpRegistry& registry);
 void register_view_ops(OpRegistry& registry);
+void register_gradient_ops(OpRegistry& registry);
 
 // A high-precision tensor of the same shape and nominal dtype (drops any quantizer).
 TensorProto dense_like(const TensorProto& proto);

@@ -8,6 +8,7 @@
 
 #include "ops/common.h"
 #include "ops/general.h"
+#include "ops/gradient.h"
 #include "tec_math.h"
 
 namespace tec {
@@ -71,6 +72,23 @@ DType convert_dtype(const InferContext& ctx) {
   return *parse_dtype(ctx.node.attrs.get_string("dtype", ""));
 }
 
+// The condition takes none; each branch the gradient where it was chosen, summed to its shape.
+std::vector<ValueId> gradient_where(GradientBuilder& b) {
+  std::vector<ValueId> grads = {-1, -1, -1};
+  for (size_t slot : {1u, 2u}) {
+    if (!b.proto(b.input(slot)).requires_grad) continue;
+    const std::string label = "dinput" + std::to_string(slot);
+    const ValueId chosen = gradient_map(b, slot == 1 ? "where_true" : "where_false", {b.input(0), b.grad_output()}, label + "_chosen");
+    grads[slot] = sum_to_shape(b, chosen, b.proto(b.input(slot)).shape, label);
+  }
+  return grads;
+}
+
+// Between floats, the gradient converted back; integers and bools carry none (meta).
+std::vector<ValueId> gradient_convert(GradientBuilder& b) {
+  return {cast_to(b, b.grad_output(), b.proto(b.input(0)).dtype, "dinput")};
+}
+
 }  // namespace
 
 void register_compare_ops(OpRegistry& registry) {
@@ -79,6 +97,7 @@ void register_compare_ops(OpRegistry& registry) {
       .summary = "x in another dtype: int32 (toward zero, saturating), uint8 (a bool: nonzero is 1), fp32, fp16, bf16 (general path)",
       .attrs = {{"dtype", AttrType::string_, std::nullopt, {"int32", "uint8", "fp32", "fp16", "bf16"}, "output dtype"}},
       .infer = general_infer(convert_plan, convert_dtype),
+      .gradient = gradient_convert,
       .reference = general_reference(convert_plan),
       .general = convert_plan,
   });
@@ -99,6 +118,7 @@ void register_compare_ops(OpRegistry& registry) {
       .min_inputs = 3,
       .max_inputs = 3,
       .infer = general_infer(where_plan, where_dtype),
+      .gradient = gradient_where,
       .reference = general_reference(where_plan),
       .general = where_plan,
   });

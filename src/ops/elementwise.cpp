@@ -170,10 +170,13 @@ void register_elementwise_ops(OpRegistry& registry) {
       .summary = "x * scale, a compile-time constant",
       .attrs = {{"scale", AttrType::float_, std::nullopt, {}, "the factor"}},
       .infer = infer_same_shape,
-      .infer_backward = elementwise_backward,
+      // dx = dy * scale: the forward's own op (its row kernel on the GPU).
+      .gradient = [](GradientBuilder& b) {
+        Attributes attrs;
+        attrs.values["scale"] = b.attrs().get_float("scale", 1.0);
+        return std::vector<ValueId>{b.emit("scale", {b.grad_output()}, std::move(attrs), "dinput")};
+      },
       .reference = reference_scale,
-      // in: dy. dx = dy * scale: the forward's own math.
-      .backward_reference = reference_scale,
   });
   registry.add(OpDef{
       .name = "l2norm",

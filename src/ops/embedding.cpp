@@ -77,18 +77,28 @@ void check_token_ids(const Attributes& attrs, const std::string& input, const st
   }
 }
 
+// The table's gradient: each row the sum, in token order, of the output gradients of the tokens
+// that picked it (a general-path scatter_add, deterministic).
+std::vector<ValueId> gradient_embedding(GradientBuilder& b) {
+  if (!b.proto(b.input(1)).requires_grad) return {-1, -1};
+  Attributes attrs;
+  attrs.values["shape"] = b.proto(b.input(1)).shape.dims;
+  return {-1, b.emit("scatter_add", {b.grad_output(), b.input(0)}, std::move(attrs), "dweight")};
+}
+
 }  // namespace
 
 void register_embedding_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "embedding",
-      .summary = "y[..., :] = weight[ids[...], :]: the table's rows picked by int32 token ids (torch nn.Embedding; inference)",
+      .summary = "y[..., :] = weight[ids[...], :]: the table's rows picked by int32 token ids (torch nn.Embedding)",
       .attrs = {{"num_embeddings", AttrType::int_, std::nullopt, {}, "the table's rows (the vocabulary)"},
                 {"embedding_dim", AttrType::int_, std::nullopt, {}, "the table's columns (hidden)"},
                 {"dtype", AttrType::string_, AttrValue{std::string("bf16")}, {"fp32", "fp16", "bf16"}, "the table's and output's dtype"}},
       .check_attributes = check_embedding_attributes,
       .params = embedding_params,
       .infer = infer_embedding,
+      .gradient = gradient_embedding,
       .reference = reference_embedding,
       .index_input = IndexInput{.check = check_token_ids,
                                 .draw = [](const Attributes& a, double uniform) {  // over the whole table

@@ -91,11 +91,11 @@ void run_map(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vecto
 void run_copies(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {
   for (const StridedCopy& c : p.copies) {
     const int64_t n = product(c.dims);
-    const std::vector<float>& src = in.at(static_cast<size_t>(c.input)).values;
+    const std::vector<float>* src = c.input == kZeroFill ? nullptr : &in.at(static_cast<size_t>(c.input)).values;
     parallel_for((n + kChunk - 1) / kChunk, [&](int64_t chunk) {
       for (int64_t e = chunk * kChunk; e < std::min(n, (chunk + 1) * kChunk); ++e)
         out[static_cast<size_t>(c.out_offset + offset_of(e, c.dims, c.out_strides))] =
-            src[static_cast<size_t>(c.in_offset + offset_of(e, c.dims, c.in_strides))];
+            src ? (*src)[static_cast<size_t>(c.in_offset + offset_of(e, c.dims, c.in_strides))] : 0.0f;
     });
   }
 }
@@ -161,6 +161,34 @@ void run_gather(const GeneralPlan& p, const std::vector<HostTensor>& in, std::ve
   });
 }
 
+// The flat index into D_1 .. D_k that tuple j picks; -1 when it is out of range.
+int64_t picked(const GeneralPlan& p, const std::vector<float>& indices, int64_t j) {
+  int64_t flat = 0;
+  for (size_t t = 0; t < p.dims.size(); ++t) {
+    const int64_t extent = p.dims[t];
+    auto index = static_cast<int64_t>(indices[static_cast<size_t>(j * p.k + static_cast<int64_t>(t))]);
+    if (index < -extent || index >= extent) return -1;
+    flat = flat * extent + (index < 0 ? index + extent : index);
+  }
+  return flat;
+}
+
+void run_scatter_add(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {
+  const std::vector<float>&g = in.at(0).values, &indices = in.at(1).values;
+  const int64_t block = product(p.dims);
+  std::vector<int64_t> pick(static_cast<size_t>(p.n));
+  for (int64_t j = 0; j < p.n; ++j) pick[static_cast<size_t>(j)] = picked(p, indices, j);
+  parallel_for(p.m * block, [&](int64_t row) {  // (o, d): one output row, its tuples in order (kernels/general.cu)
+    const int64_t o = row / block, d = row % block;
+    float* y = &out[static_cast<size_t>(row * p.inner)];
+    for (int64_t j = 0; j < p.n; ++j) {
+      if (pick[static_cast<size_t>(j)] != d) continue;
+      const float* x = &g[static_cast<size_t>((o * p.n + j) * p.inner)];
+      for (int64_t i = 0; i < p.inner; ++i) y[i] = y[i] + x[i];
+    }
+  });
+}
+
 }  // namespace
 
 HostTensor run_general(const GeneralPlan& plan, const std::vector<HostTensor>& inputs) {
@@ -173,6 +201,7 @@ HostTensor run_general(const GeneralPlan& plan, const std::vector<HostTensor>& i
     case GeneralKernel::reduce: run_reduce(plan, inputs.at(0).values, out.values); break;
     case GeneralKernel::matmul: run_matmul(plan, inputs, out.values); break;
     case GeneralKernel::gather: run_gather(plan, inputs, out.values); break;
+    case GeneralKernel::scatter_add: run_scatter_add(plan, inputs, out.values); break;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // reshape and identity: views that move no data.
 #include "ops/common.h"
+#include "ops/gradient.h"
 
 namespace tec {
 
@@ -8,7 +9,8 @@ namespace {
 InferResult infer_reshape(const InferContext& ctx) {
   const TensorProto& x = ctx.inputs[0];
   std::vector<int64_t> dims = ctx.node.attrs.get_ints("shape");
-  TEC_USER_CHECK(!dims.empty(), ctx.error) << "reshape needs a non-empty 'shape'";
+  TEC_USER_CHECK(!dims.empty() || x.shape.numel() == 1, ctx.error)
+      << "reshape to a scalar (an empty 'shape') needs one element, got " << x.shape.str();
   int64_t known = 1;
   int inferred = -1;
   for (size_t i = 0; i < dims.size(); ++i) {
@@ -44,12 +46,12 @@ void register_shape_ops(OpRegistry& registry) {
   registry.add(OpDef{
       .name = "reshape",
       .summary = "view with a new shape (one dim may be -1)",
-      .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the new shape; dims may name graph dims"}},
+      .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the new shape; dims may name graph dims (empty: a scalar)"}},
       .infer = infer_reshape,
-      .infer_backward = elementwise_backward,
-      // Values are unchanged; the executor gives the output (and the gradient) its planned shape.
+      // The gradient: dy viewed in the input's shape (a view again, no kernel).
+      .gradient = [](GradientBuilder& b) { return std::vector<ValueId>{reshaped(b, b.grad_output(), b.proto(b.input(0)).shape, "dinput")}; },
+      // Values are unchanged; the executor gives the output its planned shape.
       .reference = identity_reference,
-      .backward_reference = identity_reference,
       .view = true,
   });
   registry.add(OpDef{

@@ -3,6 +3,7 @@
 // attention becomes when no pattern takes it, and a router's or a classifier's softmax.
 #include "ops/common.h"
 #include "ops/general.h"
+#include "ops/gradient.h"
 
 namespace tec {
 
@@ -24,6 +25,18 @@ GeneralPlan softmax_plan(const Attributes& attrs, const std::vector<Shape>& in) 
   return p;
 }
 
+// dx = y (dy - sum(dy y)) along the axis.
+std::vector<ValueId> gradient_softmax(GradientBuilder& b) {
+  const ValueId dy = b.grad_output(), y = b.output();
+  Attributes mul, sum;
+  mul.values["fn"] = std::string("mul");
+  sum.values["fn"] = std::string("sum");
+  sum.values["axes"] = std::vector<int64_t>{b.attrs().get_int("axis", -1)};
+  sum.values["keepdims"] = true;
+  const ValueId dot = b.emit("reduce", {b.emit("binary", {dy, y}, std::move(mul), "doutput_times_output")}, std::move(sum), "doutput_dot_output");
+  return {gradient_map(b, "softmax", {dy, y, dot}, "dinput")};
+}
+
 }  // namespace
 
 void register_softmax_ops(OpRegistry& registry) {
@@ -36,6 +49,7 @@ void register_softmax_ops(OpRegistry& registry) {
                                require_high_precision(ctx, 0);
                                return ctx.inputs[0].dtype;
                              }),
+      .gradient = gradient_softmax,
       .reference = general_reference(softmax_plan),
       .general = softmax_plan,
   });

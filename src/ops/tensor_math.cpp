@@ -6,10 +6,12 @@
 // Both compute the bits of the references here, through kernels/tec_math.h.
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "core/parallel.h"
 #include "ops/common.h"
 #include "ops/general.h"
+#include "ops/gradient.h"
 #include "tec_math.h"
 
 namespace tec {
@@ -242,6 +244,129 @@ InferResult infer_cast(const InferContext& ctx) {
   return InferResult{{TensorProto::dense(ctx.inputs[0].shape, *parse_dtype(ctx.node.attrs.get_string("dtype", "fp32")))}, {}, {}};
 }
 
+// The gradients (OpDef::gradient): graphs of the forward ops and gradient_map's steps.
+
+bool needs_gradient(GradientBuilder& b, size_t slot) { return b.proto(b.input(slot)).requires_grad; }
+
+ValueId binary_node(GradientBuilder& b, const std::string& fn, ValueId x, ValueId y, const std::string& label) {
+  Attributes attrs;
+  attrs.values["fn"] = fn;
+  return b.emit("binary", {x, y}, std::move(attrs), label);
+}
+
+ValueId unary_node(GradientBuilder& b, const std::string& fn, ValueId x, const std::string& label) {
+  Attributes attrs;
+  attrs.values["fn"] = fn;
+  return b.emit("unary", {x}, std::move(attrs), label);
+}
+
+std::vector<ValueId> gradient_binary(GradientBuilder& b) {
+  const std::string fn = b.attrs().get_string("fn", "");
+  const ValueId dy = b.grad_output(), x = b.input(0), w = b.input(1), y = b.output();
+  ValueId da = -1, db = -1;
+  if (fn == "add" || fn == "sub") {
+    da = dy;
+    if (needs_gradient(b, 1)) db = fn == "add" ? dy : unary_node(b, "neg", dy, "dinput1");
+  } else if (fn == "mul") {
+    if (needs_gradient(b, 0)) da = binary_node(b, "mul", dy, w, "dinput");
+    if (needs_gradient(b, 1)) db = binary_node(b, "mul", dy, x, "dinput1");
+  } else if (fn == "div") {
+    if (needs_gradient(b, 0)) da = binary_node(b, "div", dy, w, "dinput");
+    if (needs_gradient(b, 1)) db = gradient_map(b, "div_divisor", {dy, y, w}, "dinput1");
+  } else {
+    if (needs_gradient(b, 0)) da = gradient_map(b, "pow_base", {dy, x, w}, "dinput");
+    if (needs_gradient(b, 1)) db = gradient_map(b, "pow_exponent", {dy, y, x}, "dinput1");
+  }
+  if (!needs_gradient(b, 0)) da = -1;
+  if (da >= 0) da = sum_to_shape(b, da, b.proto(x).shape, "dinput_sum");
+  if (db >= 0) db = sum_to_shape(b, db, b.proto(w).shape, "dinput1_sum");
+  return {da, db};
+}
+
+std::vector<ValueId> gradient_unary(GradientBuilder& b) {
+  const std::string fn = b.attrs().get_string("fn", "");
+  if (fn == "neg") return {unary_node(b, "neg", b.grad_output(), "dinput")};
+  // What each derivative is written in: the output where it is cheaper (exp, tanh), else the input.
+  static const std::set<std::string> kFromOutput = {"sigmoid", "tanh", "sqrt", "reciprocal", "exp"};
+  return {gradient_map(b, fn, {b.grad_output(), kFromOutput.count(fn) ? b.output() : b.input(0)}, "dinput")};
+}
+
+ValueId transposed(GradientBuilder& b, ValueId v, std::vector<int64_t> perm, const std::string& label) {
+  Attributes attrs;
+  attrs.values["perm"] = std::move(perm);
+  return b.emit("transpose", {v}, std::move(attrs), label);
+}
+
+// The last two dims swapped.
+ValueId matrix_transposed(GradientBuilder& b, ValueId v, const std::string& label) {
+  std::vector<int64_t> perm;
+  for (size_t d = 0; d < b.proto(v).shape.rank(); ++d) perm.push_back(static_cast<int64_t>(d));
+  std::swap(perm[perm.size() - 1], perm[perm.size() - 2]);
+  return transposed(b, v, std::move(perm), label);
+}
+
+// y = a @ b over promoted operands a' [.., m, k], b' [.., k, n] and dy' [batch.., m, n]:
+// da' = dy' @ b'^T and db' = a'^T @ dy', each summed over the batch dims its operand broadcast.
+std::vector<ValueId> gradient_matmul(GradientBuilder& b) {
+  const Shape a_shape = b.proto(b.input(0)).shape, b_shape = b.proto(b.input(1)).shape;
+  const MatmulShapes s = matmul_shapes_checked(a_shape, b_shape, {});
+  std::vector<int64_t> dy_dims = s.batch.dims;
+  dy_dims.push_back(s.m);
+  dy_dims.push_back(s.n);
+  const ValueId dy = reshaped(b, b.grad_output(), Shape(dy_dims), "doutput_matrix");
+  ValueId da = -1, db = -1;
+  if (needs_gradient(b, 0)) {
+    const ValueId bt = matrix_transposed(b, reshaped(b, b.input(1), s.b, "input1_matrix"), "input1_transposed");
+    da = b.emit("matmul", {dy, bt}, {}, "dinput_full");
+    da = reshaped(b, sum_to_shape(b, da, s.a, "dinput_sum"), a_shape, "dinput");
+  }
+  if (needs_gradient(b, 1)) {
+    const ValueId at = matrix_transposed(b, reshaped(b, b.input(0), s.a, "input_matrix"), "input_transposed");
+    db = b.emit("matmul", {at, dy}, {}, "dinput1_full");
+    db = reshaped(b, sum_to_shape(b, db, s.b, "dinput1_sum"), b_shape, "dinput1");
+  }
+  return {da, db};
+}
+
+// sum: dy spread over the reduced dims; mean: divided by their count; max: dy split evenly
+// among the elements equal to the maximum (as torch.amax's gradient).
+std::vector<ValueId> gradient_reduce(GradientBuilder& b) {
+  const Shape x = b.proto(b.input(0)).shape;
+  const auto axes = normalized_axes(b.attrs().get_ints("axes"), x.rank(), {}, "reduce");
+  const Shape kept = reduced_shape(x, axes, true);
+  Attributes expand;
+  expand.values["shape"] = x.dims;
+  const std::string fn = b.attrs().get_string("fn", "");
+  const ValueId dy = reshaped(b, b.grad_output(), kept, "doutput_kept");
+  if (fn == "max") {
+    const ValueId y = reshaped(b, b.output(), kept, "output_kept");
+    const ValueId picked = gradient_map(b, "max", {dy, b.input(0), y}, "dinput_picked");
+    Attributes equal, as_float, count;
+    equal.values["fn"] = std::string("equal");
+    as_float.values["dtype"] = std::string(to_string(b.proto(b.input(0)).dtype));
+    count.values["fn"] = std::string("sum");
+    count.values["axes"] = b.attrs().get_ints("axes");
+    count.values["keepdims"] = true;
+    const ValueId is_max = b.emit("compare", {b.input(0), y}, std::move(equal), "input_is_max");
+    const ValueId ties = b.emit("reduce", {b.emit("convert", {is_max}, std::move(as_float), "input_is_max_float")}, std::move(count), "max_count");
+    return {binary_node(b, "div", picked, ties, "dinput")};
+  }
+  ValueId dx = b.emit("expand", {dy}, std::move(expand), "dinput");
+  if (fn == "mean") {
+    Attributes scale;
+    scale.values["scale"] = 1.0 / static_cast<double>(x.numel() / kept.numel());
+    dx = b.emit("scale", {dx}, std::move(scale), "dinput_mean");
+  }
+  return {dx};
+}
+
+std::vector<ValueId> gradient_transpose(GradientBuilder& b) {
+  const auto perm = permutation(b.attrs(), b.proto(b.input(0)).shape.rank(), {});
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t d = 0; d < perm.size(); ++d) inverse[perm[d]] = static_cast<int64_t>(d);
+  return {transposed(b, b.grad_output(), std::move(inverse), "dinput")};
+}
+
 }  // namespace
 
 void register_tensor_math_ops(OpRegistry& registry) {
@@ -252,6 +377,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
       .max_inputs = 2,
       .attrs = {{"fn", AttrType::string_, std::nullopt, kBinaryFunctions, "the function"}},
       .infer = infer_binary,
+      .gradient = gradient_binary,
       .reference = reference_binary,
   });
   registry.add(OpDef{
@@ -259,6 +385,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
       .summary = "fn(x) elementwise: sigmoid, tanh, erf, sqrt, reciprocal, neg, exp, log, abs, cos, sin",
       .attrs = {{"fn", AttrType::string_, std::nullopt, kUnaryFunctions, "the function"}},
       .infer = infer_dense_same,
+      .gradient = gradient_unary,
       .reference = reference_unary,
   });
   registry.add(OpDef{
@@ -268,6 +395,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
       .min_inputs = 2,
       .max_inputs = 2,
       .infer = general_infer(matmul_plan, matmul_dtype),
+      .gradient = gradient_matmul,
       .reference = general_reference(matmul_plan),
       .general = matmul_plan,
   });
@@ -282,6 +410,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
                                require_high_precision(ctx, 0);
                                return ctx.inputs[0].dtype;
                              }),
+      .gradient = gradient_reduce,
       .reference = general_reference(reduce_plan),
       .general = reduce_plan,
   });
@@ -290,6 +419,7 @@ void register_tensor_math_ops(OpRegistry& registry) {
       .summary = "permute the dims (default: reverse)",
       .attrs = {{"perm", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the permutation; empty: reverse"}},
       .infer = infer_transpose,
+      .gradient = gradient_transpose,
       .reference = reference_transpose,
   });
   registry.add(OpDef{
@@ -297,6 +427,9 @@ void register_tensor_math_ops(OpRegistry& registry) {
       .summary = "convert between fp32, fp16 and bf16 (round to nearest even)",
       .attrs = {{"dtype", AttrType::string_, std::nullopt, {"fp32", "fp16", "bf16"}, "output dtype"}},
       .infer = infer_cast,
+      .gradient = [](GradientBuilder& b) {
+        return std::vector<ValueId>{cast_to(b, b.grad_output(), b.proto(b.input(0)).dtype, "dinput")};
+      },
       .reference = identity_reference,
   });
 }

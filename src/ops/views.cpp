@@ -7,6 +7,7 @@
 
 #include "ops/common.h"
 #include "ops/general.h"
+#include "ops/gradient.h"
 
 namespace tec {
 
@@ -78,6 +79,31 @@ GeneralPlan slice_plan(const Attributes& attrs, const std::vector<Shape>& in) {
   return single_copy_plan(dims, offset, in_strides, "a slice");
 }
 
+// slice's transpose: x written into zeros of `shape` where slice (the same starts, ends, axes
+// and steps) reads; slice's gradient.
+GeneralPlan unslice_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape full(attrs.get_ints("shape"));
+  for (int64_t d : full.dims) TEC_USER_CHECK(d >= 1 && d <= kMaxDim, {}) << "unslice into a dim of " << d << " (not in [1, " << kMaxDim << "])";
+  (void)full.numel();
+  GeneralPlan read = slice_plan(attrs, {full});
+  TEC_USER_CHECK(Shape(read.out_dims) == in.at(0), {}) << "unslice of " << in.at(0).str() << " where the slice of " << full.str() << " is "
+                                                        << Shape(read.out_dims).str();
+  const StridedCopy& taken = read.copies.at(0);
+  GeneralPlan p;
+  p.kernel = GeneralKernel::copies;
+  p.out_dims = full.dims;
+  p.copies.push_back(StridedCopy{.input = kZeroFill, .dims = {full.numel()}, .in_offset = 0, .out_offset = 0, .in_strides = {0}, .out_strides = {1}});
+  p.copies.push_back(StridedCopy{.input = 0, .dims = taken.dims, .in_offset = 0, .out_offset = taken.in_offset, .in_strides = taken.out_strides,
+                                 .out_strides = taken.in_strides});
+  return p;
+}
+
+std::vector<ValueId> gradient_slice(GradientBuilder& b) {
+  Attributes attrs = b.attrs();
+  attrs.values["shape"] = b.proto(b.input(0)).shape.dims;
+  return {b.emit("unslice", {b.grad_output()}, std::move(attrs), "dinput")};
+}
+
 GeneralPlan concat_plan(const Attributes& attrs, const std::vector<Shape>& in) {
   const Shape& first = in.at(0);
   const auto rank = static_cast<int64_t>(first.rank());
@@ -110,6 +136,28 @@ GeneralPlan concat_plan(const Attributes& attrs, const std::vector<Shape>& in) {
     p.copies.push_back(std::move(c));
   }
   return p;
+}
+
+// Each input's part of the gradient, sliced back out.
+std::vector<ValueId> gradient_concat(GradientBuilder& b) {
+  const int64_t axis = b.attrs().get_int("axis", 0);
+  std::vector<ValueId> grads;
+  int64_t along = 0;
+  for (size_t slot = 0; slot < b.input_count(); ++slot) {
+    const ValueId in = b.input(slot);
+    const Shape shape = b.proto(in).shape;
+    const int64_t extent = shape.dims.at(static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(shape.rank()) : axis));
+    grads.push_back(-1);
+    if (b.proto(in).requires_grad) {
+      Attributes attrs;
+      attrs.values["starts"] = std::vector<int64_t>{along};
+      attrs.values["ends"] = std::vector<int64_t>{along + extent};
+      attrs.values["axes"] = std::vector<int64_t>{axis};
+      grads.back() = b.emit("slice", {b.grad_output()}, std::move(attrs), "dinput" + std::to_string(slot));
+    }
+    along += extent;
+  }
+  return grads;
 }
 
 GeneralPlan expand_plan(const Attributes& attrs, const std::vector<Shape>& in) {
@@ -161,6 +209,27 @@ GeneralPlan gather_nd_plan(const Attributes&, const std::vector<Shape>& in) {
   return p;
 }
 
+// gather's and gather_nd's gradient: their plan over the data's shape (attribute `shape`), the
+// gradient of their output (input 0) added into the rows the indices (input 1) picked.
+GeneralPlan scatter_add_plan(const Attributes& attrs, const std::vector<Shape>& in) {
+  const Shape data(attrs.get_ints("shape"));
+  const std::vector<Shape> gathered = {data, in.at(1)};
+  GeneralPlan p = attrs.get_string("of", "gather") == "gather_nd" ? gather_nd_plan(attrs, gathered) : gather_plan(attrs, gathered);
+  TEC_USER_CHECK(in.at(0).dims == p.out_dims, {}) << "scatter_add's gradient is " << in.at(0).str() << "; the gather it undoes wrote "
+                                                  << Shape(p.out_dims).str();
+  p.kernel = GeneralKernel::scatter_add;
+  p.out_dims = data.dims;
+  return p;
+}
+
+std::vector<ValueId> gradient_gather(GradientBuilder& b, const std::string& of) {
+  if (!b.proto(b.input(0)).requires_grad) return {-1, -1};
+  Attributes attrs = b.attrs();
+  attrs.values["shape"] = b.proto(b.input(0)).shape.dims;
+  attrs.values["of"] = of;
+  return {b.emit("scatter_add", {b.grad_output(), b.input(1)}, std::move(attrs), "ddata"), -1};
+}
+
 // Data of any dtype the general kernels read; int32 indices.
 DType gathered_dtype(const InferContext& ctx) {
   const TensorProto &data = ctx.inputs.at(0), &indices = ctx.inputs.at(1);
@@ -189,6 +258,7 @@ void register_view_ops(OpRegistry& registry) {
       .max_inputs = 2,
       .attrs = {{"axis", AttrType::int_, AttrValue{int64_t{0}}, {}, "the axis picked from"}},
       .infer = general_infer(gather_plan, gathered_dtype),
+      .gradient = [](GradientBuilder& b) { return gradient_gather(b, "gather"); },
       .reference = general_reference(gather_plan),
       .general = gather_plan,
   });
@@ -198,8 +268,23 @@ void register_view_ops(OpRegistry& registry) {
       .min_inputs = 2,
       .max_inputs = 2,
       .infer = general_infer(gather_nd_plan, gathered_dtype),
+      .gradient = [](GradientBuilder& b) { return gradient_gather(b, "gather_nd"); },
       .reference = general_reference(gather_nd_plan),
       .general = gather_nd_plan,
+  });
+  registry.add(OpDef{
+      .name = "scatter_add",
+      .summary = "g added into zeros of shape at the rows int32 indices pick, in their order: gather's and embedding's gradient, made by "
+                 "autodiff (general path)",
+      .min_inputs = 2,
+      .max_inputs = 2,
+      .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the output's shape, the gathered data's"},
+                {"of", AttrType::string_, AttrValue{std::string("gather")}, {"gather", "gather_nd"}, "the op undone"},
+                {"axis", AttrType::int_, AttrValue{int64_t{0}}, {}, "gather's axis"}},
+      .infer = general_infer(scatter_add_plan, gathered_dtype),
+      .reference = general_reference(scatter_add_plan),
+      .general = scatter_add_plan,
+      .compiler_only = true,
   });
   registry.add(OpDef{
       .name = "slice",
@@ -209,8 +294,23 @@ void register_view_ops(OpRegistry& registry) {
                 {"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the axes; empty: 0, 1, ..."},
                 {"steps", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "the steps (nonzero); empty: 1"}},
       .infer = general_infer(slice_plan, same_dtype),
+      .gradient = gradient_slice,
       .reference = general_reference(slice_plan),
       .general = slice_plan,
+  });
+  registry.add(OpDef{
+      .name = "unslice",
+      .summary = "x written into zeros of shape where slice (starts, ends, axes, steps) reads: slice's gradient, made by autodiff "
+                 "(general path)",
+      .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the output's shape, the sliced tensor's"},
+                {"starts", AttrType::ints, std::nullopt, {}, "as slice's"},
+                {"ends", AttrType::ints, std::nullopt, {}, "as slice's"},
+                {"axes", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "as slice's"},
+                {"steps", AttrType::ints, AttrValue{std::vector<int64_t>{}}, {}, "as slice's"}},
+      .infer = general_infer(unslice_plan, same_dtype),
+      .reference = general_reference(unslice_plan),
+      .general = unslice_plan,
+      .compiler_only = true,
   });
   registry.add(OpDef{
       .name = "concat",
@@ -219,6 +319,7 @@ void register_view_ops(OpRegistry& registry) {
       .max_inputs = 64,
       .attrs = {{"axis", AttrType::int_, std::nullopt, {}, "the axis joined along"}},
       .infer = general_infer(concat_plan, same_dtype),
+      .gradient = gradient_concat,
       .reference = general_reference(concat_plan),
       .general = concat_plan,
   });
@@ -227,6 +328,9 @@ void register_view_ops(OpRegistry& registry) {
       .summary = "x broadcast to shape (ONNX Expand: numpy broadcasting both ways) (general path)",
       .attrs = {{"shape", AttrType::ints, std::nullopt, {}, "the shape broadcast to"}},
       .infer = general_infer(expand_plan, same_dtype),
+      .gradient = [](GradientBuilder& b) {
+        return std::vector<ValueId>{sum_to_shape(b, b.grad_output(), b.proto(b.input(0)).shape, "dinput")};
+      },
       .reference = general_reference(expand_plan),
       .general = expand_plan,
   });

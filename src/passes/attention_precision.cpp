@@ -4,8 +4,8 @@
 // attention reads bf16 copies of q, k, v and the mask and writes bf16, cast back to fp32 for
 // its readers: for the GPU and the CPU reference alike (the reference runs the same plan), as
 // the FP8 recipes store an fp32 bias in bf16. The lowering's note on the attention says so.
-// Inference only: a cast has no backward yet, and a train plan keeps fp32 attention (on the
-// CPU reference, saying why).
+// Train plans too: the casts' gradients (OpDef::gradient) take dq, dk, dv back to fp32; meta
+// runs again over the new nodes.
 #include <map>
 
 #include "ops/common.h"
@@ -57,7 +57,6 @@ Node cast_node(std::string name, ValueId in, ValueId out, DType to, const std::s
 }  // namespace
 
 Graph attention_in_16_bits(Graph graph) {
-  if (graph.mode != Mode::infer) return graph;
   bool any = false;
   for (const Node& n : graph.nodes) any = any || reads_fp32(graph, n);
   if (!any) return graph;
@@ -87,7 +86,7 @@ Graph attention_in_16_bits(Graph graph) {
     graph.add_node(cast_node(unique_name(graph, graph.value(fp32_out).name + ".to_fp32"), bf16_out, fp32_out, DType::fp32, source));
   }
   verify(graph);
-  return graph;
+  return graph.mode == Mode::train ? meta(std::move(graph)) : graph;
 }
 
 }  // namespace tec

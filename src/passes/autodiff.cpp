@@ -13,6 +13,7 @@
 #include <set>
 
 #include "ops/common.h"
+#include "ops/gradient.h"
 #include "passes/passes.h"
 
 namespace tec {
@@ -106,7 +107,7 @@ class Autodiff {
   // workspace: the copy the forward reads, made at the start of the step.
   void make_masters() {
     for (ValueId id = 0; id < static_cast<ValueId>(g_.values.size()); ++id) {
-      if (g_.value(id).kind != ValueKind::weight) continue;
+      if (g_.value(id).kind != ValueKind::weight || !g_.value(id).proto.requires_grad) continue;  // (integer constants)
       Value& w = g_.value(id);
       TensorProto master_proto = TensorProto::dense(w.proto.shape, DType::fp32);
       master_proto.requires_grad = true;
@@ -260,6 +261,10 @@ class Autodiff {
         if (g_.value(in).proto.requires_grad) accumulate(in, grad_of(node.outputs[0]), node.source);
       return;
     }
+    if (def.gradient) {
+      add_gradient_graph(node, def, ctx);
+      return;
+    }
     TEC_UNSUPPORTED_CHECK((def.backward_reference != nullptr || def.collective != nullptr) && node.backward.has_value(), ctx)
         << "op '" << node.op << "' has no backward yet; train plans support " << trainable_ops();
     Node bwd;
@@ -301,6 +306,71 @@ class Autodiff {
     for (const auto& [in, partial] : partials) accumulate(in, partial, node.source);
   }
 
+  // An op whose backward is a graph of other ops (OpDef::gradient): its nodes, named
+  // "<node>.<label>", then each input's gradient in the input's dtype (fp32 for a weight's
+  // main_grad).
+  class Builder final : public GradientBuilder {
+   public:
+    Builder(Autodiff& autodiff, const Node& node, ValueId dy) : a_(autodiff), node_(node), dy_(dy) {}
+    const Attributes& attrs() const override { return node_.attrs; }
+    size_t input_count() const override { return node_.inputs.size(); }
+    ValueId input(size_t slot) const override { return node_.inputs.at(slot); }
+    ValueId output() const override { return node_.outputs.at(0); }
+    ValueId grad_output() const override { return dy_; }
+    TensorProto proto(ValueId v) const override { return a_.g_.value(v).proto; }
+    ValueId emit(const std::string& op, std::vector<ValueId> inputs, Attributes attrs, const std::string& label) override {
+      Graph& g = a_.g_;
+      std::string name = node_.name + "." + label;
+      for (int k = 2; g.find_value(name); ++k) name = node_.name + "." + label + "_" + std::to_string(k);
+      const OpDef& def = a_.ops_.get(op);
+      const ErrorContext ctx{"autodiff", name, op, node_.source};
+      check_and_default_attributes(def, attrs, ctx);
+      Node n;
+      n.name = name;
+      n.op = op;
+      n.attrs = attrs;
+      n.inputs = inputs;
+      std::vector<TensorProto> protos;
+      for (ValueId in : inputs) protos.push_back(g.value(in).proto);
+      InferResult r = with_context(ctx, [&] { return def.infer(InferContext{g, n, ctx, protos}); });
+      TEC_INTERNAL_CHECK(r.outputs.size() == 1 && r.saved.empty() && r.workspaces.empty(), ctx)
+          << "a gradient's op '" << op << "' must have one output and no workspace";
+      TensorProto out = std::move(r.outputs[0]);
+      out.requires_grad = false;
+      const ValueId id = a_.add_value(name, ValueKind::activation, std::move(out), node_.source);
+      a_.add_node(name, op, std::move(inputs), {id}, Phase::backward, node_.source, std::move(attrs));
+      return id;
+    }
+
+   private:
+    Autodiff& a_;
+    const Node& node_;
+    ValueId dy_;
+  };
+
+  void add_gradient_graph(const Node& node, const OpDef& def, const ErrorContext& ctx) {
+    TEC_INTERNAL_CHECK(node.outputs.size() == 1, ctx) << "op '" << node.op << "' builds its gradient for one output";
+    Builder builder(*this, node, grad_of(node.outputs[0]));
+    const std::vector<ValueId> grads = with_context(ctx, [&] { return def.gradient(builder); });
+    TEC_INTERNAL_CHECK(grads.size() == node.inputs.size(), ctx) << "op '" << node.op << "' gave " << grads.size() << " gradients";
+    for (size_t slot = 0; slot < node.inputs.size(); ++slot) {
+      const ValueId in = node.inputs[slot];
+      if (!g_.value(in).proto.requires_grad) continue;
+      TEC_UNSUPPORTED_CHECK(grads[slot] >= 0, ctx) << "op '" << node.op << "' gives no gradient for its input " << slot << " ('"
+                                                   << g_.value(in).name << "'), which needs one";
+      const TensorProto want = g_.value(in).proto;  // (a copy: the gradient adds values)
+      TEC_INTERNAL_CHECK(g_.value(grads[slot]).proto.shape == want.shape, ctx)
+          << "the gradient of input " << slot << " is " << g_.value(grads[slot]).proto.shape.str() << ", the input " << want.shape.str();
+      const bool main_grad = is_workspace(in) && options_.wgrad == TrainOptions::WeightGrad::accumulate;
+      ValueId grad = cast_to(builder, grads[slot], main_grad ? DType::fp32 : want.dtype, "d" + slot_label(node, def, slot) + "_cast");
+      // A gradient that is another value itself (add's dy, a view of it) is summed, never renamed.
+      if (grad == grad_of(node.outputs[0]) || g_.value(grad).kind != ValueKind::activation) grad = identity_of(builder, grad);
+      accumulate(in, grad, node.source);
+    }
+  }
+
+  ValueId identity_of(GradientBuilder& builder, ValueId v) { return builder.emit("identity", {v}, {}, "dcopy"); }
+
   bool is_workspace(ValueId v) const {
     return std::any_of(params_.begin(), params_.end(), [v](const Parameter& p) { return p.workspace == v; });
   }
@@ -308,7 +378,7 @@ class Autodiff {
   std::string trainable_ops() const {
     std::string names;
     for (const OpDef* def : ops_.all())
-      if (def->backward_reference || def->gradient_passes_through) names += (names.empty() ? "" : ", ") + def->name;
+      if (def->backward_reference || def->gradient || def->gradient_passes_through) names += (names.empty() ? "" : ", ") + def->name;
     return names;
   }
 

@@ -14,6 +14,10 @@ std::vector<TensorProto> input_protos(const Graph& g, const Node& node) {
   return protos;
 }
 
+// Integers (an MoE layer's expert indices, m_splits, row map, token ids) are routing and
+// bools (uint8: masks) are decisions, not values a gradient flows through.
+bool carries_gradient(DType dtype) { return dtype != DType::int32 && dtype != DType::int64 && dtype != DType::uint8; }
+
 void check_input_count(const OpDef& def, const Node& node, size_t params, const ErrorContext& ctx) {
   const auto activations = static_cast<int>(node.inputs.size() - params);
   TEC_USER_CHECK(activations >= def.min_inputs && activations <= def.max_inputs, ctx)
@@ -26,7 +30,7 @@ void run_forward(Graph& g) {
   const OpRegistry& ops = builtin_ops();
   for (Value& v : g.values) {
     if (v.kind == ValueKind::weight) {
-      v.proto.requires_grad = g.mode == Mode::train;
+      v.proto.requires_grad = g.mode == Mode::train && !v.frozen && carries_gradient(v.proto.dtype);
       v.proto = v.proto.with_quantizer(v.quantizer);
     }
   }
@@ -51,9 +55,7 @@ void run_forward(Graph& g) {
             << "value '" << out.name << "' is quantized twice";
         proto = proto.with_quantizer(out.quantizer);
       }
-      // Integer outputs (an MoE layer's expert indices, m_splits, row map) are routing, not
-      // values a gradient flows through.
-      proto.requires_grad = requires_grad && proto.dtype != DType::int32 && proto.dtype != DType::int64;
+      proto.requires_grad = requires_grad && carries_gradient(proto.dtype);
       out.proto = std::move(proto);
     }
     Node& mutable_node = g.node(n);
@@ -75,6 +77,13 @@ void run_backward(Graph& g) {
     if (!any_grad) continue;
     const OpDef& def = ops.get(node.op);
     const ErrorContext ctx = g.context(n, "meta");
+    if (def.gradient) {  // a graph of other ops (autodiff builds it): a gradient per input that needs one
+      for (ValueId in : node.inputs) {
+        const TensorProto& proto = g.value(in).proto;
+        if (proto.requires_grad && !grads[static_cast<size_t>(in)]) grads[static_cast<size_t>(in)] = dense_like(proto);
+      }
+      continue;
+    }
     TEC_UNSUPPORTED_CHECK(def.infer_backward != nullptr, ctx)
         << "op '" << node.op << "' has no backward; train mode cannot pass a gradient through it";
     BackwardContext bctx{g, node, ctx, input_protos(g, node), node.saved, {}};

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ops/common.h"
+#include "passes/passes.h"
 #include "test_util.h"
 
 namespace tec {
@@ -113,16 +114,18 @@ TEST_CASE("every op's fake forward in train mode: saved tensors, their aliases, 
       CHECK(node.saved[i].name == c.saved[i].first);
       CHECK(node.saved[i].aliases_input == c.saved[i].second);
     }
-    REQUIRE(node.backward.has_value());
+    // A backward node of its own (infer_backward), or one that autodiff builds out of other ops.
+    CHECK(node.backward.has_value() != static_cast<bool>(builtin_ops().get(c.op).gradient));
     CHECK(test::value_named(graphs.at(0), "in0").grad.has_value());
   }
 }
 
-// The general tensor math the ONNX frontend maps leftovers onto, and the embedding lookup: inference only.
-const std::set<std::string> kInferenceOnly = {"binary", "unary",  "matmul",  "reduce",  "transpose", "cast",
-                                              "softmax", "compare", "where",   "slice",   "concat",    "expand",
-                                              "convert", "gather",  "gather_nd",
-                                              "embedding", "sequence_lengths"};
+// Ops whose backward is a graph of other ops (OpDef::gradient), checked against fp64 in
+// tests/reference/train_onnx_test.cpp: the general tensor math and the embedding lookup.
+const std::set<std::string> kGradientGraph = {"binary", "unary",  "matmul",  "reduce",  "transpose", "cast",  "softmax", "where",   "slice",
+                                              "concat", "expand", "convert", "gather", "gather_nd", "embedding", "reshape", "scale"};
+// Ops whose outputs are bools or integers: no gradient flows through them.
+const std::set<std::string> kNoGradient = {"compare", "sequence_lengths"};
 
 TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and a test case") {
   std::set<std::string> tested;
@@ -130,17 +133,19 @@ TEST_CASE("registry self-test: every op has a schema, infer, infer_backward and 
   for (const OpDef* def : builtin_ops().all()) {
     CAPTURE(def->name);
     CHECK(static_cast<bool>(def->infer));
-    if (def->compiler_only) continue;  // adamw, increment: made by autodiff, tested with the train plans
-    CHECK(static_cast<bool>(def->infer_backward) != (kInferenceOnly.count(def->name) == 1));
+    if (def->compiler_only) continue;  // adamw, increment, gradient_map, ...: made by autodiff, tested with the train plans
+    const bool graph = kGradientGraph.count(def->name) == 1, none = kNoGradient.count(def->name) == 1;
+    CHECK(static_cast<bool>(def->gradient) == graph);
+    CHECK(static_cast<bool>(def->infer_backward) == (!graph && !none));
     // A backward for the CPU reference, or a gradient that reaches the inputs unchanged.
-    CHECK((def->backward_reference != nullptr || def->gradient_passes_through) == (kInferenceOnly.count(def->name) == 0));
+    CHECK((def->backward_reference != nullptr || def->gradient_passes_through) == (!graph && !none));
     CHECK_FALSE(def->summary.empty());
     CHECK(def->min_inputs <= def->max_inputs);
-    CHECK(tested.count(def->name) + kInferenceOnly.count(def->name) == 1);
+    CHECK((tested.count(def->name) == 1 || graph || none));
   }
   // The op list of ARCHITECTURE.md §4 that the foundation covers, plus the general tensor
   // math; a tripwire for docs/status.md's table.
-  CHECK(builtin_ops().all().size() == 45);
+  CHECK(builtin_ops().all().size() == 48);
 }
 
 HostTensor host(Shape shape, std::vector<float> values) { return HostTensor{std::move(shape), std::move(values)}; }
@@ -246,15 +251,22 @@ TEST_CASE("sequence_lengths: a right-padded mask's rows give their lengths; any 
   CHECK(test::value_named(graphs.at(0), "op").proto.dtype == DType::int32);
 }
 
-TEST_CASE("general tensor math has no backward: train mode says so") {
+TEST_CASE("a general op's backward is a graph of other ops, named after the node, in the backward phase") {
   FrontendOptions train;
   train.mode = Mode::train;
-  std::string graph = general_op_graph("binary", R"({"fn": "mul"})", {"[4, 8]", "[4, 8]"});
-  const std::string first_shape = R"("shape": [4, 8]})";
-  graph.replace(graph.find(first_shape), first_shape.size(), R"("shape": [4, 8], "requires_grad": true})");
-  const Error e = test::error_of([&] { (void)test::compile_text(graph, train); });
-  CHECK(e.kind() == ErrorKind::unsupported);
-  CHECK(std::string(e.what()).find("op 'binary' has no backward") != std::string::npos);
+  std::string graph = general_op_graph("binary", R"({"fn": "div"})", {"[4, 8]", "[8]"});
+  for (const std::string shape : {R"("shape": [4, 8]})", R"("shape": [8]})"}) {
+    const std::string marked = shape.substr(0, shape.size() - 1) + R"(, "requires_grad": true})";
+    graph.replace(graph.find(shape), shape.size(), marked);
+  }
+  const Graph g = autodiff(usage(meta(test::compile_text(graph, train).at(0))), {});
+  std::map<std::string, std::string> backward;  // node -> op
+  for (const Node& n : g.nodes)
+    if (n.phase == Phase::backward) backward[n.name] = n.op;
+  CHECK(backward.at("op.dinput") == "binary");          // dy / b
+  CHECK(backward.at("op.dinput1") == "gradient_map");   // -dy y / b, over [4, 8]
+  CHECK(backward.at("op.dinput1_sum") == "reduce");     // summed over the broadcast dim
+  CHECK(backward.at("op.dinput1_sum_shape") == "reshape");
 }
 
 // Tensor-parallel linears: tests/passes/tensor_parallel_test.cpp.

@@ -25,6 +25,9 @@ struct FrontendOptions {
   // ONNX models: recognise exporters' patterns (attention, norms, GELU, ...) as TE ops; false
   // maps every node onto the general path (te-compile --no-onnx-patterns).
   bool onnx_patterns = true;
+  // Train mode: weights kept as they are (te-compile --freeze), as ECMAScript regular
+  // expressions over whole weight names; each must match at least one weight.
+  std::vector<std::string> frozen;
 };
 
 // A graph file's size limit (weights live in their own files).

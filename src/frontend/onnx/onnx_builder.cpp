@@ -3,6 +3,7 @@
 #include "frontend/onnx/onnx_builder.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ir/op_registry.h"
 #include "ops/common.h"
@@ -49,6 +50,10 @@ ValueId Builder::weight_value(Env& e, const std::string& v, DType dtype, const s
   w.kind = ValueKind::weight;
   w.source = source;
   w.proto = TensorProto::dense(Shape(t.dims), dtype);
+  // ONNX does not say which constants are parameters. One element is a constant of the math
+  // (eps, 0.5, sqrt(2), 1/sqrt(d)), and one holding an infinity or NaN a mask: neither is
+  // trained. --freeze names others.
+  w.frozen = w.proto.shape.numel() == 1 || !std::all_of(values.begin(), values.end(), [](float value) { return std::isfinite(value); });
   w.weight = WeightSource{.kind = WeightSource::Kind::values, .values = std::make_shared<const std::vector<float>>(std::move(values)),
                           .origin = "ONNX constant '" + v + "'"};
   return e.g.add_value(std::move(w));
