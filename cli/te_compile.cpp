@@ -241,6 +241,49 @@ nlohmann::json report_of(const tec::CompileResult& result, const std::string& mo
   return report;
 }
 
+// The training step's flags (--mode train): the optimizer, the weight gradients, recompute,
+// frozen weights and AdamW's settings.
+struct TrainFlags {
+  std::string optimizer = "none", wgrad = "accumulate";
+  tec::TrainOptions train;
+  std::vector<std::string> frozen;
+  std::vector<CLI::Option*> adamw_settings;
+};
+
+void add_train_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--optimizer", f.optimizer, "train: none (weight gradients accumulate in fp32 main_grad for the caller) or "
+                                           "adamw (AdamW updates the masters, then clears main_grad)")
+      ->check(CLI::IsMember({"none", "adamw"}));
+  app.add_option("--wgrad", f.wgrad, "train: accumulate (into main_grad, TE's wgrad with beta=1) or write (each step writes "
+                                   "<weight>.grad in the model dtype, for callers with their own optimizer)")
+      ->check(CLI::IsMember({"accumulate", "write"}));
+  app.add_option("--freeze", f.frozen, "train: keep these weights as they are (no gradient, master or optimizer state): a regular "
+                                     "expression over whole weight names, e.g. '.*rotary.*|val_2[07]' (repeatable). ONNX says "
+                                     "nothing of which constants are parameters: every float constant of more than one element "
+                                     "trains unless frozen (a rope table folded by the exporter is one to freeze)");
+  app.add_flag("--recompute", f.train.recompute_activations,
+               "train: recompute each activation function's output in the backward (from its input, saved anyway) "
+               "instead of keeping its copy for the next linear's wgrad; the summary shows both saved figures");
+  // Their ranges are the runtime scalars' (ir/runtime_scalars.h), checked by compile().
+  f.adamw_settings.push_back(app.add_option("--lr", f.train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar), in [0, 1000]"));
+  f.adamw_settings.push_back(app.add_option("--beta1", f.train.beta1, "train, adamw: first-moment decay, in [0, 1)"));
+  f.adamw_settings.push_back(app.add_option("--beta2", f.train.beta2, "train, adamw: second-moment decay, in [0, 1)"));
+  f.adamw_settings.push_back(app.add_option("--eps", f.train.eps, "train, adamw: added to sqrt(v), in (0, 1]"));
+  f.adamw_settings.push_back(app.add_option("--weight-decay", f.train.weight_decay, "train, adamw: decoupled weight decay, in [0, 1]"));
+}
+
+void apply_train_flags(TrainFlags f, const std::string& mode, tec::CompileOptions& options) {
+  f.train.optimizer = f.optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
+  f.train.wgrad = f.wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
+  if (mode != "train" && (f.optimizer != "none" || f.wgrad != "accumulate" || f.train.recompute_activations || !f.frozen.empty()))
+    throw tec::Error(ErrorKind::usage, {}, "--optimizer, --wgrad, --recompute and --freeze describe a training step; add --mode train");
+  for (const CLI::Option* o : f.adamw_settings)
+    if (o->count() > 0 && f.optimizer != "adamw")
+      throw tec::Error(ErrorKind::usage, {}, o->get_name() + " is a setting of AdamW; add --mode train --optimizer adamw");
+  options.frontend.frozen = f.frozen;
+  options.train = f.train;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -255,8 +298,6 @@ int main(int argc, char** argv) {
   bool onnx_patterns = true;
   std::string tp_overlap = "auto";
   int64_t tp = 0;
-  std::string optimizer = "none", wgrad = "accumulate";
-  tec::TrainOptions train;
   app.add_option("MODEL", model, "ONNX model (.onnx) or JSON graph (schemas/graph.schema.json)");
   app.add_flag("--onnx-ops", onnx_ops, "print the ONNX ops tec reads (op, opset, inputs that must be constant, limits) "
                                        "as JSON and exit");
@@ -269,21 +310,8 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode, "infer: forward only; train: one training step (weight workspace from fp32 masters, "
                                  "forward, backward; inputs x and dy, outputs y and dx)")
       ->check(CLI::IsMember({"infer", "train"}));
-  app.add_option("--optimizer", optimizer, "train: none (weight gradients accumulate in fp32 main_grad for the caller) or "
-                                           "adamw (AdamW updates the masters, then clears main_grad)")
-      ->check(CLI::IsMember({"none", "adamw"}));
-  app.add_option("--wgrad", wgrad, "train: accumulate (into main_grad, TE's wgrad with beta=1) or write (each step writes "
-                                   "<weight>.grad in the model dtype, for callers with their own optimizer)")
-      ->check(CLI::IsMember({"accumulate", "write"}));
-  app.add_flag("--recompute", train.recompute_activations,
-               "train: recompute each activation function's output in the backward (from its input, saved anyway) "
-               "instead of keeping its copy for the next linear's wgrad; the summary shows both saved figures");
-  // Their ranges are the runtime scalars' (ir/runtime_scalars.h), checked by compile().
-  auto* lr = app.add_option("--lr", train.lr, "train, adamw: the learning rate the plan starts with (a runtime scalar), in [0, 1000]");
-  auto* beta1 = app.add_option("--beta1", train.beta1, "train, adamw: first-moment decay, in [0, 1)");
-  auto* beta2 = app.add_option("--beta2", train.beta2, "train, adamw: second-moment decay, in [0, 1)");
-  auto* eps = app.add_option("--eps", train.eps, "train, adamw: added to sqrt(v), in (0, 1]");
-  auto* weight_decay = app.add_option("--weight-decay", train.weight_decay, "train, adamw: decoupled weight decay, in [0, 1]");
+  TrainFlags train_flags;
+  add_train_flags(app, train_flags);
   app.add_option("--tp", tp, "tensor parallel over N ranks: the tp_size of every linear the graph marks tp_mode column or "
                              "row (TE's parallel_mode); the plan holds every rank's shard of the full weights, collectives "
                              "where TE puts them (JSON graphs; te-run --tp N runs one rank per GPU over NCCL, --backend cpu every rank on the CPU reference)")
@@ -355,14 +383,7 @@ int main(int argc, char** argv) {
     options.frontend.mode = mode == "train" ? tec::Mode::train : tec::Mode::infer;
     options.frontend.tp_size = tp;
     options.frontend.onnx_patterns = onnx_patterns;
-    train.optimizer = optimizer == "adamw" ? tec::TrainOptions::Optimizer::adamw : tec::TrainOptions::Optimizer::none;
-    train.wgrad = wgrad == "write" ? tec::TrainOptions::WeightGrad::write : tec::TrainOptions::WeightGrad::accumulate;
-    if (mode != "train" && (optimizer != "none" || wgrad != "accumulate" || train.recompute_activations))
-      throw tec::Error(ErrorKind::usage, {}, "--optimizer, --wgrad and --recompute describe a training step; add --mode train");
-    for (const CLI::Option* o : {lr, beta1, beta2, eps, weight_decay})
-      if (o->count() > 0 && optimizer != "adamw")
-        throw tec::Error(ErrorKind::usage, {}, o->get_name() + " is a setting of AdamW; add --mode train --optimizer adamw");
-    options.train = train;
+    apply_train_flags(train_flags, mode, options);
     options.frontend.target.sm = parse_arch(archs.at(0));
     for (const auto& a : archs) (void)parse_arch(a);
     if (!recipe.empty()) {
@@ -387,8 +408,9 @@ int main(int argc, char** argv) {
     options.record.tool = "te-compile " TEC_VERSION_STRING;
     options.record.options = {{"recipe", recipe}, {"mode", mode},           {"arch", archs},
                               {"shape", shapes},  {"profiles", profiles}, {"disable_pass", disabled}};
+    const tec::TrainOptions& train = options.train;
     if (mode == "train")
-      options.record.options["train"] = {{"optimizer", optimizer}, {"wgrad", wgrad}, {"recompute", train.recompute_activations},
+      options.record.options["train"] = {{"optimizer", train_flags.optimizer}, {"wgrad", train_flags.wgrad}, {"recompute", train.recompute_activations},
                                          {"lr", train.lr}, {"beta1", train.beta1},
                                          {"beta2", train.beta2}, {"eps", train.eps}, {"weight_decay", train.weight_decay}};
     if (mid_m_gemm) options.record.options["mid_m_gemm"] = true;
