@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -47,6 +48,7 @@ inline nlohmann::json stats_json(const Stats& s) { return {{"p50_us", s.p50}, {"
 
 struct Compare {
   double rel = 0, max_abs = 0;
+  double error_rms = 0, want_rms = 0;  // sqrt(mean (got - want)^2), sqrt(mean want^2)
   bool finite = true;
   size_t worst = 0;  // the element of the largest |got - want|
 };
@@ -62,6 +64,8 @@ inline Compare compare(const HostTensor& got, const HostTensor& want) {
     if (std::fabs(g - w) > c.max_abs) c.max_abs = std::fabs(g - w), c.worst = i;
   }
   c.rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  const double n = static_cast<double>(std::max<size_t>(want.values.size(), 1));
+  c.error_rms = std::sqrt(num / n), c.want_rms = std::sqrt(den / n);
   if (!std::isfinite(c.rel)) c.finite = false;
   return c;
 }
@@ -112,10 +116,17 @@ inline double output_bound(const std::string& recipe, const plan::Profile& profi
 // FP8 gradient codes (E5M2: a step is 12-25%) and the wgrad sums them, so the bound is the one
 // the fp64 training tests hold the reference itself to (tests/fp64_train.h). Each step is also
 // checked alone, from the GPU's arena before it, to the tighter bounds.
-inline double train_state_bound(const std::string& recipe) {
-  if (recipe == "bf16") return 0.01;
+// Under bf16 each attention layer's backward (cuDNN's order against the reference's, in bf16)
+// adds its own error to the gradients below it, which add up like a random walk: the bound
+// grows with the square root of the layers (a 2-layer fp32 Qwen2 LM, attention cast to bf16:
+// 1.02e-2 in a k projection's gradient).
+inline double train_state_bound(const std::string& recipe, const plan::Profile& profile) {
   if (recipe == "nvfp4") return 0.5;
-  return 0.15;
+  if (recipe != "bf16") return 0.15;
+  std::set<int> attention_steps;
+  for (const plan::Launch& l : profile.launches)
+    if (l.kind == "attention" && profile.steps.at(static_cast<size_t>(l.step)).phase == Phase::forward) attention_steps.insert(l.step);
+  return 0.01 * std::max(1.0, std::sqrt(static_cast<double>(attention_steps.size())));
 }
 
 // One eager run timed step by step (te-run --profile, --trace): an event before the run and one
