@@ -143,24 +143,6 @@ void run_matmul(const GeneralPlan& p, const std::vector<HostTensor>& in, std::ve
   });
 }
 
-void run_gather(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {
-  const std::vector<float>&data = in.at(0).values, &indices = in.at(1).values;
-  const int64_t block = product(p.dims), rows = p.m * p.n;
-  parallel_for(rows, [&](int64_t row) {  // (o, j): one index tuple's inner row
-    const int64_t o = row / p.n, j = row % p.n;
-    int64_t flat = 0;
-    for (size_t t = 0; t < p.dims.size(); ++t) {
-      const int64_t extent = p.dims[t];
-      auto index = static_cast<int64_t>(indices[static_cast<size_t>(j * p.k + static_cast<int64_t>(t))]);
-      TEC_USER_CHECK(index >= -extent && index < extent, {})
-          << "index " << index << " at position " << j * p.k + static_cast<int64_t>(t) << " of the indices is outside [" << -extent
-          << ", " << extent << ") of the axis it picks from";
-      flat = flat * extent + (index < 0 ? index + extent : index);
-    }
-    std::copy_n(&data[static_cast<size_t>((o * block + flat) * p.inner)], p.inner, &out[static_cast<size_t>(row * p.inner)]);
-  });
-}
-
 // The flat index into D_1 .. D_k that tuple j picks; -1 when it is out of range.
 int64_t picked(const GeneralPlan& p, const std::vector<float>& indices, int64_t j) {
   int64_t flat = 0;
@@ -171,6 +153,29 @@ int64_t picked(const GeneralPlan& p, const std::vector<float>& indices, int64_t 
     flat = flat * extent + (index < 0 ? index + extent : index);
   }
   return flat;
+}
+
+// Throws naming the first entry of index tuple j outside the axis it picks from.
+[[noreturn]] void bad_index(const GeneralPlan& p, const std::vector<float>& indices, int64_t j) {
+  for (size_t t = 0; t < p.dims.size(); ++t) {
+    const int64_t extent = p.dims[t], at = j * p.k + static_cast<int64_t>(t);
+    const auto index = static_cast<int64_t>(indices[static_cast<size_t>(at)]);
+    TEC_USER_CHECK(index >= -extent && index < extent, {})
+        << "index " << index << " at position " << at << " of the indices is outside [" << -extent << ", " << extent
+        << ") of the axis it picks from";
+  }
+  TEC_INTERNAL_ERROR({}) << "index tuple " << j << " was out of range, but no entry of it is";
+}
+
+void run_gather(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {
+  const std::vector<float>&data = in.at(0).values, &indices = in.at(1).values;
+  const int64_t block = product(p.dims), rows = p.m * p.n;
+  parallel_for(rows, [&](int64_t row) {  // (o, j): one index tuple's inner row
+    const int64_t o = row / p.n, j = row % p.n;
+    const int64_t flat = picked(p, indices, j);
+    if (flat < 0) bad_index(p, indices, j);
+    std::copy_n(&data[static_cast<size_t>((o * block + flat) * p.inner)], p.inner, &out[static_cast<size_t>(row * p.inner)]);
+  });
 }
 
 void run_scatter_add(const GeneralPlan& p, const std::vector<HostTensor>& in, std::vector<float>& out) {

@@ -26,7 +26,7 @@ int gradient_code(const Attributes& attrs) {
   return static_cast<int>(it - kGradientFunctions.begin());
 }
 
-size_t operand_count(int code) { return code >= TEC_GRAD_DIV_DIVISOR && code <= TEC_GRAD_SOFTMAX ? 3 : code == TEC_GRAD_MAX ? 3 : 2; }
+size_t operand_count(int code) { return (code >= TEC_GRAD_DIV_DIVISOR && code <= TEC_GRAD_SOFTMAX) || code == TEC_GRAD_MAX ? 3 : 2; }
 
 GeneralPlan gradient_map_plan(const Attributes& attrs, const std::vector<Shape>& in) {
   const int code = gradient_code(attrs);
